@@ -1,0 +1,56 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// The six services share one shape: a thin executable over the service kit. Their cores get their
+// own library targets as their issues fill them in, so each can be tested without sockets.
+let services = ["ingest", "trips", "geofence", "checkout", "scorer", "stats"]
+
+func serviceExecutable(_ name: String) -> Target {
+    .executableTarget(
+        name: "drivebus-\(name)",
+        dependencies: ["DrivebusKit"],
+        path: "Services/\(name.prefix(1).uppercased() + name.dropFirst())/App"
+    )
+}
+
+let package = Package(
+    name: "drivebus",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "drivebus", targets: ["drivebus"]),
+        .executable(name: "drivebus-bus", targets: ["drivebus-bus"]),
+        .executable(name: "drivebus-bench", targets: ["drivebus-bench"]),
+    ] + services.map { .executable(name: "drivebus-\($0)", targets: ["drivebus-\($0)"]) },
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CZMQ",
+            path: "Shared/CZMQ",
+            pkgConfig: "libzmq",
+            providers: [.apt(["libzmq3-dev"])]
+        ),
+        .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
+        .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
+        .target(name: "DrivebusSchema", path: "Shared/Schema"),
+        .target(
+            name: "DrivebusKit",
+            dependencies: [
+                "DrivebusZMQ", "DrivebusSchema", "CDrivebusSupport",
+                .product(name: "Yams", package: "Yams"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            path: "Shared/Kit"
+        ),
+        .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit"], path: "Services/Bus"),
+        .executableTarget(name: "drivebus", dependencies: ["DrivebusKit"], path: "Services/CLI"),
+        .executableTarget(name: "drivebus-bench", dependencies: ["DrivebusKit", "CZMQ"], path: "Benchmarks/Bench"),
+        .testTarget(name: "DrivebusTests", dependencies: ["DrivebusKit"], path: "Tests/DrivebusTests"),
+    ] + services.map(serviceExecutable)
+)

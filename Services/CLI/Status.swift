@@ -1,0 +1,105 @@
+import ArgumentParser
+import DrivebusKit
+import DrivebusSchema
+import Foundation
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Show each service's health, last seq and uptime. Exits 0 only if all are healthy.")
+
+    @OptionGroup var options: ConfigOption
+
+    @Option(help: "Seconds to wait for each service's answer.")
+    var timeout: Double = 2
+
+    @Flag(help: "Print one JSON object per service instead of a table.")
+    var json = false
+
+    func run() async throws {
+        let config = try loadConfig(options)
+        let bus = BusClient(config: config, name: "status")
+        let wait = Duration.milliseconds(Int(timeout * 1000))
+        let replies = await withTaskGroup(of: (ServiceName, Result<HealthReply, any Error>).self) { group in
+            for service in ServiceName.allCases {
+                group.addTask {
+                    do {
+                        return (service, .success(try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: wait)))
+                    } catch {
+                        return (service, .failure(error))
+                    }
+                }
+            }
+            var replies: [ServiceName: Result<HealthReply, any Error>] = [:]
+            for await (service, reply) in group { replies[service] = reply }
+            return replies
+        }
+        await bus.shutdown()
+
+        var healthy = true
+        let rows: [[String]] = ServiceName.allCases.map { service in
+            switch replies[service]! {
+            case .success(let health):
+                if health.status != "ok" { healthy = false }
+                let seqs = health.lastSeq.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
+                return [service.rawValue, health.status, String(health.pid), Self.uptime(health.uptimeS), String(health.publishedSeq), seqs.isEmpty ? "-" : seqs]
+            case .failure(let error):
+                healthy = false
+                return [service.rawValue, "down", "-", "-", "-", "\(error)"]
+            }
+        }
+        if json {
+            for row in rows {
+                let object: [String: String] = ["service": row[0], "status": row[1], "pid": row[2], "uptime": row[3], "published_seq": row[4], "last_seq": row[5]]
+                let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
+                print(String(decoding: data, as: UTF8.self))
+            }
+        } else {
+            print(Self.table([["SERVICE", "STATUS", "PID", "UPTIME", "PUBLISHED", "LAST SEQ"]] + rows))
+        }
+        if !healthy { throw ExitCode(1) }
+    }
+
+    static func uptime(_ seconds: Double) -> String {
+        let s = Int(seconds)
+        if s < 60 { return "\(s)s" }
+        if s < 3600 { return "\(s / 60)m\(String(format: "%02d", s % 60))s" }
+        if s < 86400 { return "\(s / 3600)h\(String(format: "%02d", s / 60 % 60))m" }
+        return "\(s / 86400)d\(s / 3600 % 24)h"
+    }
+
+    static func table(_ rows: [[String]]) -> String {
+        let widths = rows[0].indices.map { column in rows.map { $0[column].count }.max()! }
+        return rows.map { row in
+            row.enumerated().map { index, cell in
+                index == row.count - 1 ? cell : cell.padding(toLength: widths[index], withPad: " ", startingAt: 0)
+            }.joined(separator: "  ")
+        }.joined(separator: "\n")
+    }
+}
+
+struct Tail: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Print bus events as JSON lines: {\"topic\", \"header\", \"payload\"}.")
+
+    @OptionGroup var options: ConfigOption
+
+    @Argument(help: "Only topics that start with this prefix, e.g. fix.car or trip.")
+    var prefix: String = ""
+
+    @Option(help: "Exit after this many events.")
+    var count: Int?
+
+    func run() async throws {
+        let config = try loadConfig(options)
+        let bus = BusClient(config: config, name: "tail")
+        var printed = 0
+        for await message in try await bus.subscribe([prefix]) {
+            var line = Array(#"{"topic":""#.utf8) + Array(message.topic.utf8) + Array(#"","header":"#.utf8)
+            line += message.header.encoded() + Array(#","payload":"#.utf8) + message.payload + [UInt8(ascii: "}"), UInt8(ascii: "\n")]
+            FileHandle.standardOutput.write(Data(line))
+            printed += 1
+            if let count, printed >= count { break }
+        }
+        await bus.shutdown()
+    }
+}

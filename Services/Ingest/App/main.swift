@@ -1,0 +1,3 @@
+import DrivebusKit
+
+await ServiceRunner.main(.ingest)

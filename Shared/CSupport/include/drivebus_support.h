@@ -1,0 +1,19 @@
+#ifndef DRIVEBUS_SUPPORT_H
+#define DRIVEBUS_SUPPORT_H
+
+#include <sys/types.h>
+
+/// Starts `path` with `argv` (NULL-terminated) in a child process that receives SIGTERM when the
+/// calling thread's process dies (PR_SET_PDEATHSIG), so a killed supervisor leaves no orphans.
+/// The child's signal mask and dispositions are reset to defaults before exec.
+/// Returns the child's pid, or -1 with errno set.
+pid_t drivebus_spawn(const char *path, char *const argv[]);
+
+/// A Linux eventfd used to wake a zmq_poll loop from other threads. Returns -1 on error.
+int drivebus_eventfd(void);
+/// Adds one to the eventfd counter; safe from any thread.
+int drivebus_eventfd_signal(int fd);
+/// Resets the eventfd counter to zero. Returns 0 on success or when it was already zero.
+int drivebus_eventfd_drain(int fd);
+
+#endif

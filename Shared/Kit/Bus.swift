@@ -1,0 +1,137 @@
+import DrivebusSchema
+import DrivebusZMQ
+import Foundation
+import Synchronization
+
+/// A process's connection to the bus: one I/O thread owning every socket, plus the helpers that
+/// speak the envelope over it.
+public final class BusClient: Sendable {
+    public let loop: ZMQLoop
+    public let config: DrivebusConfig
+    public let endpoints: (in: ZMQEndpoint, out: ZMQEndpoint)
+
+    public init(config: DrivebusConfig, name: String) {
+        self.config = config
+        self.loop = ZMQLoop(name: name)
+        self.endpoints = config.busEndpoints()
+    }
+
+    /// A publisher on `bus.in` whose messages carry `source`.
+    public func makePublisher(source: String) async throws -> Publisher {
+        // A publisher's queue absorbs bursts (an Overland batch of 1,000 fixes) while the broker
+        // catches up; linger lets the last messages out at shutdown.
+        let socket = try await loop.openSocket(.pub, connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
+        return Publisher(source: source, loop: loop, socket: socket)
+    }
+
+    /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
+    /// not a valid envelope are skipped and counted; they never reach the consumer.
+    public func subscribe(_ prefixes: [String]) async throws -> BusSubscription {
+        BusSubscription(frames: try await loop.subscribe(endpoints.out, prefixes: prefixes))
+    }
+
+    /// Calls `op` on a service's RPC socket and decodes the reply.
+    public func call<Request: Encodable, Result: Codable & Sendable>(
+        _ service: ServiceName, _ request: Request, as result: Result.Type, timeout: Duration = .seconds(5)
+    ) async throws -> Result {
+        let body = try await loop.request(
+            ZMQEndpoint(config.layout.rpcEndpoint(service)), body: BusJSON.encode(request), timeout: timeout)
+        return try BusJSON.decode(RPCReply<Result>.self, from: body).get()
+    }
+
+    public func shutdown() async {
+        await loop.shutdown()
+    }
+}
+
+/// Decoded bus messages, in arrival order.
+public struct BusSubscription: AsyncSequence, Sendable {
+    public typealias Element = BusMessage
+    let frames: AsyncStream<ZMQMessage>
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var frames: AsyncStream<ZMQMessage>.AsyncIterator
+
+        public mutating func next() async -> BusMessage? {
+            while let message = await frames.next() {
+                if let decoded = try? BusMessage(frames: message) { return decoded }
+            }
+            return nil
+        }
+    }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(frames: frames.makeAsyncIterator()) }
+}
+
+/// Publishes envelopes with a `seq` that counts up with no gaps for this process's epoch.
+public final class Publisher: Sendable {
+    public enum PublishError: Error, CustomStringConvertible {
+        case invalidType(String)
+        case invalidDevice(String)
+        case encoding(String)
+
+        public var code: String {
+            switch self {
+            case .invalidType: "publish.type"
+            case .invalidDevice: "publish.device"
+            case .encoding: "publish.encoding"
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .invalidType(let t): "\(code): \"\(t)\" is not a valid event type"
+            case .invalidDevice(let d): "\(code): \"\(d)\" is not a valid device id"
+            case .encoding(let why): "\(code): \(why)"
+            }
+        }
+    }
+
+    public let source: String
+    /// This run's identity: a new epoch restarts `seq` at 1.
+    public let epoch: String
+    private let loop: ZMQLoop
+    private let socket: ZMQLoop.SocketID
+    private let seq = Mutex<UInt64>(0)
+
+    init(source: String, loop: ZMQLoop, socket: ZMQLoop.SocketID) {
+        self.source = source
+        self.epoch = UUID().uuidString.lowercased()
+        self.loop = loop
+        self.socket = socket
+    }
+
+    /// The header `seq` of the last message published.
+    public var lastSeq: UInt64 { seq.withLock { $0 } }
+
+    /// Publishes `payload` as `type[.device]`. `id` should be derived from the event's inputs
+    /// for derived events, so that re-processing yields the same id.
+    @discardableResult
+    public func publish(_ type: String, device: String? = nil, payload: some Encodable, id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+        let bytes: [UInt8]
+        do {
+            bytes = try BusJSON.encode(payload)
+        } catch {
+            throw PublishError.encoding(String(describing: error))
+        }
+        return try publish(type, device: device, payloadJSON: bytes, id: id, time: time)
+    }
+
+    @discardableResult
+    public func publish(_ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+        guard Topic.isValidType(type) else { throw PublishError.invalidType(type) }
+        if let device, !DeviceID.isValid(device) { throw PublishError.invalidDevice(device) }
+        if let id, !id.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            throw PublishError.encoding("event id must be printable ASCII without quotes")
+        }
+        let topic = Array(Topic.make(type, device: device).utf8)
+        // Numbering and queueing happen under one lock so that seq order is send order.
+        return seq.withLock { seq in
+            seq += 1
+            let header = EnvelopeHeader(
+                id: id ?? UUID().uuidString.lowercased(), type: type, source: source, seq: seq, epoch: epoch, time: time)
+            loop.send([topic, header.encoded(), payloadJSON], on: socket)
+            return header
+        }
+    }
+}

@@ -1,0 +1,255 @@
+import DrivebusSchema
+import DrivebusZMQ
+import Foundation
+import Logging
+import Yams
+
+/// Everything drivebus can be configured with. One YAML file holds it all; every process reads
+/// and validates the whole file, so a typo anywhere stops every process with the same message.
+public struct DrivebusConfig: Sendable, Equatable {
+    /// Absolute; relative paths in the file are taken from the working directory.
+    public var stateDir: String
+    public var logLevel: Logger.Level
+    public var heartbeatIntervalS: Double
+    public var bus: Bus
+    public var devices: [Device]
+    public var ingest: Ingest
+    public var stats: Stats
+    public var supervisor: Supervisor
+
+    public struct Bus: Sendable, Equatable {
+        /// Where publishers connect; `nil` means `ipc://STATE/run/bus.in`.
+        public var inEndpoint: String?
+        /// Where subscribers connect; `nil` means `ipc://STATE/run/bus.out`.
+        public var outEndpoint: String?
+        /// Required when either endpoint is `tcp://`.
+        public var curve: Curve?
+
+        public struct Curve: Sendable, Equatable {
+            public var serverPublicKey: String
+            /// Only the machine that runs `drivebus-bus` needs it.
+            public var serverSecretKey: String?
+            public var clientPublicKey: String
+            public var clientSecretKey: String
+        }
+    }
+
+    public struct Device: Sendable, Equatable {
+        public var id: String
+        /// Never logged. `nil` for a device that authenticates by id alone.
+        public var token: String?
+        /// Traccar Client sends no secret: accept its `id` as the credential, as Traccar does.
+        public var allowIDAuth: Bool
+        /// The device's home zone, for time-away statistics.
+        public var home: String?
+    }
+
+    public struct Listen: Sendable, Equatable, CustomStringConvertible {
+        public var host: String
+        public var port: Int
+        public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+    }
+
+    public struct Ingest: Sendable, Equatable {
+        public var listen = Listen(host: "127.0.0.1", port: 5055)
+        public var maxBodyBytes = 8 * 1024 * 1024
+    }
+
+    public struct Stats: Sendable, Equatable {
+        public var listen = Listen(host: "127.0.0.1", port: 8091)
+    }
+
+    /// How `drivebus up` restarts a child that died.
+    public struct Supervisor: Sendable, Equatable {
+        public var restartInitialS = 0.5
+        public var restartMaxS = 30.0
+        /// A child that ran this long before dying is restarted at the initial delay again.
+        public var stableAfterS = 60.0
+        /// How long children get to exit after SIGTERM before SIGKILL.
+        public var stopTimeoutS = 10.0
+    }
+
+    /// The built-in defaults: one home, everything on loopback, state under `./var`.
+    public static func defaults(workingDirectory: String = FileManager.default.currentDirectoryPath) -> DrivebusConfig {
+        DrivebusConfig(
+            stateDir: absolute("var", from: workingDirectory),
+            logLevel: .info,
+            heartbeatIntervalS: 2,
+            bus: Bus(),
+            devices: [],
+            ingest: Ingest(),
+            stats: Stats(),
+            supervisor: Supervisor()
+        )
+    }
+
+    static func absolute(_ path: String, from directory: String) -> String {
+        let expanded = NSString(string: path).expandingTildeInPath
+        let joined = expanded.hasPrefix("/") ? expanded : directory + "/" + expanded
+        return URL(fileURLWithPath: joined).standardizedFileURL.path
+    }
+}
+
+// MARK: - Loading
+
+extension DrivebusConfig {
+    /// Where the config came from, for the start-up log line.
+    public enum Origin: Sendable, Equatable, CustomStringConvertible {
+        case file(String)
+        case builtInDefaults
+
+        public var description: String {
+            switch self {
+            case .file(let path): path
+            case .builtInDefaults: "built-in defaults"
+            }
+        }
+    }
+
+    /// Finds the config: `--config`, then `$DRIVEBUS_CONFIG`, then `./drivebus.yaml`, then the
+    /// built-in defaults. A file named explicitly must exist.
+    public static func load(
+        explicitPath: String?,
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        workingDirectory: String = FileManager.default.currentDirectoryPath
+    ) throws(ConfigError) -> (DrivebusConfig, Origin) {
+        let candidates: [(path: String, mustExist: Bool)] = [
+            explicitPath.map { ($0, true) },
+            environment["DRIVEBUS_CONFIG"].flatMap { $0.isEmpty ? nil : ($0, true) },
+            ("drivebus.yaml", false),
+        ].compactMap { $0 }
+        for candidate in candidates {
+            let path = absolute(candidate.path, from: workingDirectory)
+            guard FileManager.default.fileExists(atPath: path) else {
+                if candidate.mustExist { throw ConfigError(path: "", reason: "config file \(path) does not exist") }
+                continue
+            }
+            guard let data = FileManager.default.contents(atPath: path) else {
+                throw ConfigError(path: "", reason: "cannot read config file \(path)")
+            }
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw ConfigError(path: "", reason: "config file \(path) is not UTF-8")
+            }
+            return (try parse(yaml: text, workingDirectory: workingDirectory), .file(path))
+        }
+        let config = defaults(workingDirectory: workingDirectory)
+        try config.validateSocketPaths()
+        return (config, .builtInDefaults)
+    }
+
+    public static func parse(yaml: String, workingDirectory: String = FileManager.default.currentDirectoryPath) throws(ConfigError) -> DrivebusConfig {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch {
+            throw ConfigError(path: "", reason: "not valid YAML: \(String(describing: error).split(separator: "\n").joined(separator: " "))")
+        }
+        let top = try ConfigMapping(root, path: "", allowed: [
+            "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor",
+        ])
+        var config = defaults(workingDirectory: workingDirectory)
+        if let stateDir = try top.string("state_dir") {
+            guard !stateDir.isEmpty else { throw ConfigError(path: "state_dir", reason: "must not be empty") }
+            config.stateDir = absolute(stateDir, from: workingDirectory)
+        }
+        if let level = try top.string("log_level") {
+            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
+                throw ConfigError(path: "log_level", reason: "expected one of trace, debug, info, notice, warning, error, critical, got \"\(level)\"")
+            }
+            config.logLevel = parsed
+        }
+        config.heartbeatIntervalS = try top.double("heartbeat_interval_s", default: 2, in: 0.1...60)
+        config.bus = try parseBus(top.mapping("bus", allowed: ["in", "out", "curve"]))
+        config.devices = try parseDevices(top)
+        let ingest = try top.mapping("ingest", allowed: ["listen", "max_body_bytes"])
+        config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
+        config.ingest.maxBodyBytes = try ingest.int("max_body_bytes", default: config.ingest.maxBodyBytes, in: 1024...(1 << 30))
+        let stats = try top.mapping("stats", allowed: ["listen"])
+        config.stats.listen = try parseListen(stats, default: config.stats.listen)
+        let supervisor = try top.mapping("supervisor", allowed: ["restart_initial_s", "restart_max_s", "stable_after_s", "stop_timeout_s"])
+        config.supervisor.restartInitialS = try supervisor.double("restart_initial_s", default: 0.5, in: 0.01...60)
+        config.supervisor.restartMaxS = try supervisor.double("restart_max_s", default: 30, in: config.supervisor.restartInitialS...3600)
+        config.supervisor.stableAfterS = try supervisor.double("stable_after_s", default: 60, in: 0...86_400)
+        config.supervisor.stopTimeoutS = try supervisor.double("stop_timeout_s", default: 10, in: 0.1...300)
+        try config.validateSocketPaths()
+        return config
+    }
+
+    private static func parseBus(_ bus: ConfigMapping) throws(ConfigError) -> Bus {
+        var result = Bus()
+        for key in ["in", "out"] {
+            guard let endpoint = try bus.string(key) else { continue }
+            guard endpoint.hasPrefix("ipc://") || endpoint.hasPrefix("tcp://") else {
+                throw ConfigError(path: bus.keyPath(key), reason: "expected an ipc:// or tcp:// endpoint, got \"\(endpoint)\"")
+            }
+            if key == "in" { result.inEndpoint = endpoint } else { result.outEndpoint = endpoint }
+        }
+        if bus.has("curve") {
+            let curve = try bus.mapping("curve", allowed: ["server_public_key", "server_secret_key", "client_public_key", "client_secret_key"])
+            func key(_ name: String, required: Bool) throws(ConfigError) -> String? {
+                guard let value = try curve.string(name) else {
+                    if required { throw ConfigError(path: curve.keyPath(name), reason: "is required for CURVE") }
+                    return nil
+                }
+                guard value.utf8.count == 40 else {
+                    throw ConfigError(path: curve.keyPath(name), reason: "expected a 40-character Z85 key (see `drivebus keygen`)")
+                }
+                return value
+            }
+            result.curve = Bus.Curve(
+                serverPublicKey: try key("server_public_key", required: true)!,
+                serverSecretKey: try key("server_secret_key", required: false),
+                clientPublicKey: try key("client_public_key", required: true)!,
+                clientSecretKey: try key("client_secret_key", required: true)!
+            )
+        }
+        let usesTCP = [result.inEndpoint, result.outEndpoint].contains { $0?.hasPrefix("tcp://") == true }
+        if usesTCP && result.curve == nil {
+            throw ConfigError(path: bus.keyPath("curve"), reason: "is required when the bus uses tcp:// (traffic between machines is encrypted and authenticated)")
+        }
+        return result
+    }
+
+    private static func parseDevices(_ top: ConfigMapping) throws(ConfigError) -> [Device] {
+        var devices: [Device] = []
+        var seenTokens: [String: String] = [:]
+        for (node, path) in try top.sequence("devices") {
+            let entry = try ConfigMapping(node, path: path, allowed: ["id", "token", "allow_id_auth", "home"])
+            let id = try entry.requiredString("id")
+            guard DeviceID.isValid(id) else {
+                throw ConfigError(path: entry.keyPath("id"), reason: "must match [A-Za-z0-9_-]{1,64}, got \"\(id)\"")
+            }
+            guard !devices.contains(where: { $0.id == id }) else {
+                throw ConfigError(path: entry.keyPath("id"), reason: "device \"\(id)\" is listed twice")
+            }
+            let token = try entry.string("token")
+            let allowIDAuth = try entry.bool("allow_id_auth", default: false)
+            if let token {
+                // The token is never echoed back, not even in errors.
+                guard token.utf8.count >= 8 else {
+                    throw ConfigError(path: entry.keyPath("token"), reason: "must be at least 8 characters")
+                }
+                if let other = seenTokens[token] {
+                    throw ConfigError(path: entry.keyPath("token"), reason: "is the same as device \"\(other)\"'s; each token maps to one device")
+                }
+                seenTokens[token] = id
+            } else if !allowIDAuth {
+                throw ConfigError(path: entry.keyPath("token"), reason: "is required unless allow_id_auth is true")
+            }
+            devices.append(Device(id: id, token: token, allowIDAuth: allowIDAuth, home: try entry.string("home")))
+        }
+        return devices
+    }
+
+    private static func parseListen(_ section: ConfigMapping, default value: Listen) throws(ConfigError) -> Listen {
+        guard let text = try section.string("listen") else { return value }
+        let path = section.keyPath("listen")
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
+            throw ConfigError(path: path, reason: "expected HOST:PORT with a port from 1 to 65535, got \"\(text)\"")
+        }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty else { throw ConfigError(path: path, reason: "expected HOST:PORT, the host is missing in \"\(text)\"") }
+        return Listen(host: host, port: port)
+    }
+}

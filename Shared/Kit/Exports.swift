@@ -1,0 +1,3 @@
+// Services import DrivebusKit alone and get the bus types with it.
+@_exported import DrivebusSchema
+@_exported import DrivebusZMQ

@@ -1,0 +1,215 @@
+import DrivebusSchema
+import DrivebusZMQ
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// What a service's executable receives once the kit has set up config, logging, the bus and its
+/// RPC socket.
+public struct ServiceContext: Sendable {
+    public let name: ServiceName
+    public let config: DrivebusConfig
+    public let logger: Logger
+    public let bus: BusClient
+    public let publisher: Publisher
+}
+
+/// Answers one RPC request body with a reply body.
+public typealias RPCHandler = @Sendable (_ request: [UInt8]) async -> [UInt8]
+
+/// What a service adds to the kit's own work (heartbeat, `health`).
+public struct ServiceParts: Sendable {
+    /// Long-running work; each runs until graceful shutdown.
+    public var services: [any Service]
+    /// RPC ops beyond `health`.
+    public var rpc: [String: RPCHandler]
+    /// The last sequence numbers processed, by stream, for heartbeats and `health`.
+    public var lastSeq: @Sendable () -> [String: UInt64]
+
+    public init(services: [any Service] = [], rpc: [String: RPCHandler] = [:], lastSeq: @escaping @Sendable () -> [String: UInt64] = { [:] }) {
+        self.services = services
+        self.rpc = rpc
+        self.lastSeq = lastSeq
+    }
+}
+
+public enum RPC {
+    /// Wraps a typed handler: decodes its request, encodes its result or error.
+    public static func handler<Request: Decodable & Sendable, Result: Codable & Sendable>(
+        _ request: Request.Type, _ body: @escaping @Sendable (Request) async throws(RPCErrorBody) -> Result
+    ) -> RPCHandler {
+        { bytes in
+            let reply: RPCReply<Result>
+            do {
+                let decoded = try BusJSON.decode(Request.self, from: bytes)
+                do throws(RPCErrorBody) {
+                    reply = .success(try await body(decoded))
+                } catch {
+                    reply = .failure(error)
+                }
+            } catch {
+                reply = .failure(.badRequest(String(describing: error)))
+            }
+            return encode(reply)
+        }
+    }
+
+    static func encode<Result>(_ reply: RPCReply<Result>) -> [UInt8] {
+        (try? BusJSON.encode(reply)) ?? Array(#"{"ok":false,"error":{"code":"rpc.internal","message":"reply could not be encoded"}}"#.utf8)
+    }
+}
+
+/// Runs a service process: config, logging, instance lock, bus, heartbeat and RPC, until SIGTERM
+/// or SIGINT, then a graceful shutdown.
+public enum ServiceRunner {
+    public static func run(
+        _ name: ServiceName,
+        configPath: String?,
+        build: @Sendable (ServiceContext) async throws -> ServiceParts = { _ in ServiceParts() }
+    ) async -> Int32 {
+        let config: DrivebusConfig
+        let origin: DrivebusConfig.Origin
+        do {
+            (config, origin) = try DrivebusConfig.load(explicitPath: configPath)
+        } catch {
+            printError("\(name.executable): \(error)")
+            return 2
+        }
+        DrivebusLogging.bootstrap(level: config.logLevel)
+        var logger = Logger(label: "drivebus.\(name.rawValue)")
+        logger[metadataKey: "service"] = "\(name.rawValue)"
+
+        let lock: InstanceLock
+        do {
+            try config.layout.prepare()
+            lock = try InstanceLock(name, layout: config.layout)
+        } catch {
+            printError("\(name.executable): \(error)")
+            return 2
+        }
+        let bus = BusClient(config: config, name: name.rawValue)
+        do {
+            // The lock is held until the services have stopped.
+            defer { withExtendedLifetime(lock) {} }
+            try await runServices(name, config: config, origin: origin, bus: bus, logger: logger, build: build)
+            await bus.shutdown()
+            logger.info("stopped")
+            return 0
+        } catch {
+            logger.critical("failed: \(error)")
+            await bus.shutdown()
+            return 1
+        }
+    }
+
+    private static func runServices(
+        _ name: ServiceName, config: DrivebusConfig, origin: DrivebusConfig.Origin, bus: BusClient, logger: Logger,
+        build: @Sendable (ServiceContext) async throws -> ServiceParts
+    ) async throws {
+        let publisher = try await bus.makePublisher(source: name.rawValue)
+        let rpcEndpoint = ZMQEndpoint(config.layout.rpcEndpoint(name))
+        let (requests, rpcSocket) = try await bus.loop.serveRequests(rpcEndpoint)
+        let context = ServiceContext(name: name, config: config, logger: logger, bus: bus, publisher: publisher)
+        let parts = try await build(context)
+        let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq)
+
+        var handlers = parts.rpc
+        handlers["health"] = { _ in RPC.encode(RPCReply.success(status.health())) }
+        let rpc = RPCService(loop: bus.loop, socket: rpcSocket, requests: requests, handlers: handlers, logger: logger)
+        let heartbeat = HeartbeatService(
+            publisher: publisher, interval: .milliseconds(Int(config.heartbeatIntervalS * 1000)), status: status, logger: logger)
+
+        logger.info("started", metadata: [
+            "config": "\(origin)", "state_dir": "\(config.stateDir)", "rpc": "\(rpcEndpoint.address)", "pid": "\(getpid())",
+        ])
+        let group = ServiceGroup(
+            services: [rpc, heartbeat] + parts.services,
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger
+        )
+        try await group.run()
+    }
+
+    static func printError(_ line: String) {
+        FileHandle.standardError.write(Data((line + "\n").utf8))
+    }
+}
+
+/// The facts `health` and the heartbeat report.
+struct ServiceStatus: Sendable {
+    let name: ServiceName
+    let publisher: Publisher
+    let lastSeq: @Sendable () -> [String: UInt64]
+    let startedAt = Date()
+    private let started = ContinuousClock.now
+
+    init(name: ServiceName, publisher: Publisher, lastSeq: @escaping @Sendable () -> [String: UInt64]) {
+        self.name = name
+        self.publisher = publisher
+        self.lastSeq = lastSeq
+    }
+
+    var uptimeS: Double {
+        let elapsed = started.duration(to: .now).components
+        return Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+    }
+
+    func health() -> HealthReply {
+        HealthReply(
+            service: name.rawValue, status: "ok", pid: getpid(), epoch: publisher.epoch, startedAt: startedAt,
+            uptimeS: (uptimeS * 1000).rounded() / 1000, publishedSeq: publisher.lastSeq, lastSeq: lastSeq())
+    }
+}
+
+/// Publishes `svc.heartbeat.<service>` on a fixed interval.
+struct HeartbeatService: Service {
+    let publisher: Publisher
+    let interval: Duration
+    let status: ServiceStatus
+    let logger: Logger
+
+    func run() async throws {
+        while !Task.isShuttingDownGracefully && !Task.isCancelled {
+            let health = status.health()
+            let beat = Heartbeat(
+                service: health.service, pid: health.pid, epoch: health.epoch, startedAt: health.startedAt,
+                uptimeS: health.uptimeS, status: health.status, publishedSeq: health.publishedSeq, lastSeq: health.lastSeq)
+            do {
+                try publisher.publish("svc.heartbeat", device: status.name.rawValue, payload: beat)
+            } catch {
+                logger.error("heartbeat not published: \(error)")
+            }
+            try? await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
+        }
+    }
+}
+
+/// Serves the ROUTER socket at `RUN/<service>.rpc`; requests are answered concurrently.
+struct RPCService: Service {
+    let loop: ZMQLoop
+    let socket: ZMQLoop.SocketID
+    let requests: AsyncStream<ZMQRequest>
+    let handlers: [String: RPCHandler]
+    let logger: Logger
+
+    func run() async {
+        await withDiscardingTaskGroup { group in
+            for await request in requests.cancelOnGracefulShutdown() {
+                group.addTask {
+                    let reply = await dispatch(request.body)
+                    loop.reply(to: request, with: reply, on: socket)
+                }
+            }
+        }
+    }
+
+    func dispatch(_ body: [UInt8]) async -> [UInt8] {
+        guard let head = try? BusJSON.decode(RPCRequestHead.self, from: body) else {
+            return RPC.encode(RPCReply<RPCEmpty>.failure(.badRequest("expected a JSON object with a string \"op\"")))
+        }
+        guard let handler = handlers[head.op] else {
+            return RPC.encode(RPCReply<RPCEmpty>.failure(.unknownOp(head.op)))
+        }
+        return await handler(body)
+    }
+}

@@ -1,0 +1,111 @@
+import DrivebusZMQ
+import Foundation
+import Glibc
+
+/// The processes drivebus runs, by their names on the bus.
+public enum ServiceName: String, CaseIterable, Sendable {
+    case bus, ingest, trips, geofence, checkout, scorer, stats
+
+    /// The executable that runs it.
+    public var executable: String { "drivebus-\(rawValue)" }
+}
+
+/// `state_dir` and what lives in it:
+/// - `run/` (mode 0700): the ipc sockets and the instance locks;
+/// - `data/`: journal, database, checkpoints, webhook outbox.
+public struct StateLayout: Sendable, Equatable {
+    /// `sockaddr_un.sun_path` holds 108 bytes including the terminating NUL.
+    public static let maxSocketPathBytes = 107
+
+    public let stateDir: String
+    public var runDir: String { stateDir + "/run" }
+    public var dataDir: String { stateDir + "/data" }
+
+    public init(stateDir: String) { self.stateDir = stateDir }
+
+    public func socketPath(_ name: String) -> String { "\(runDir)/\(name)" }
+
+    public func rpcEndpoint(_ service: ServiceName) -> String { "ipc://" + socketPath("\(service.rawValue).rpc") }
+
+    /// Every ipc socket path drivebus binds.
+    public var socketPaths: [String] {
+        ["bus.in", "bus.out"].map(socketPath) + ServiceName.allCases.map { socketPath("\($0.rawValue).rpc") }
+    }
+
+    /// Creates `run/` and `data/`, and makes `run/` private whatever it was before.
+    public func prepare() throws(ConfigError) {
+        for (dir, mode) in [(stateDir, mode_t(0o755)), (runDir, mode_t(0o700)), (dataDir, mode_t(0o700))] {
+            do {
+                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            } catch {
+                throw ConfigError(path: "state_dir", reason: "cannot create \(dir): \(error.localizedDescription)")
+            }
+            if dir != stateDir, chmod(dir, mode) != 0 {
+                throw ConfigError(path: "state_dir", reason: "cannot set mode \(String(mode, radix: 8)) on \(dir): \(String(cString: strerror(errno)))")
+            }
+        }
+    }
+}
+
+extension DrivebusConfig {
+    public var layout: StateLayout { StateLayout(stateDir: stateDir) }
+
+    /// Where publishers connect and subscribers listen, with CURVE for `tcp://`.
+    public func busEndpoints(asBroker: Bool = false) -> (in: ZMQEndpoint, out: ZMQEndpoint) {
+        func endpoint(_ configured: String?, _ socket: String) -> ZMQEndpoint {
+            let address = configured ?? "ipc://" + layout.socketPath(socket)
+            guard address.hasPrefix("tcp://"), let curve = bus.curve else { return ZMQEndpoint(address) }
+            if asBroker {
+                let keys = CurveKeyPair(publicKey: curve.serverPublicKey, secretKey: curve.serverSecretKey ?? "")
+                return ZMQEndpoint(address, curve: .server(keys))
+            }
+            let own = CurveKeyPair(publicKey: curve.clientPublicKey, secretKey: curve.clientSecretKey)
+            return ZMQEndpoint(address, curve: .client(serverPublicKey: curve.serverPublicKey, own: own))
+        }
+        return (endpoint(bus.inEndpoint, "bus.in"), endpoint(bus.outEndpoint, "bus.out"))
+    }
+
+    func validateSocketPaths() throws(ConfigError) {
+        for path in layout.socketPaths where path.utf8.count > StateLayout.maxSocketPathBytes {
+            throw ConfigError(
+                path: "state_dir",
+                reason: "socket path \(path) is \(path.utf8.count) bytes, over the \(StateLayout.maxSocketPathBytes) that Unix sockets allow; choose a shorter state_dir")
+        }
+    }
+}
+
+/// An exclusive lock on `run/<service>.lock`, held for the life of the process.
+///
+/// libzmq unlinks an existing ipc socket file when it binds, which would silently steal the
+/// socket from a running instance. Taking this lock first makes a second instance fail loudly.
+public final class InstanceLock: Sendable {
+    public struct AlreadyRunning: Error, CustomStringConvertible {
+        public let service: ServiceName
+        public let lockPath: String
+        public let holder: String
+        public var description: String {
+            "another \(service.executable) is already running on this state_dir (\(lockPath) is held by pid \(holder)); stop it first"
+        }
+    }
+
+    private let fd: Int32
+
+    public init(_ service: ServiceName, layout: StateLayout) throws {
+        let path = layout.socketPath("\(service.rawValue).lock")
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ConfigError(path: "state_dir", reason: "cannot open \(path): \(String(cString: strerror(errno)))") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let count = pread(fd, &buffer, buffer.count, 0)
+            close(fd)
+            let holder = String(decoding: buffer.prefix(max(0, count)), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+            throw AlreadyRunning(service: service, lockPath: path, holder: holder.isEmpty ? "?" : holder)
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        _ = ftruncate(fd, 0)
+        _ = pwrite(fd, pid, pid.count, 0)
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+}

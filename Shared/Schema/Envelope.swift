@@ -1,0 +1,157 @@
+import Foundation
+
+/// The second frame of every bus message.
+/// `{"v":1,"id":UUID,"type":"trip.ended","source":"trips","seq":N,"epoch":BOOT_ID,"time":RFC3339}`
+public struct EnvelopeHeader: Codable, Sendable, Equatable {
+    public static let version = 1
+
+    public var v: Int
+    /// Unique per event. Derived events use an id computed from their inputs, so re-processing
+    /// produces the same id and stores deduplicate.
+    public var id: String
+    /// The topic without its device suffix, e.g. `trip.ended`.
+    public var type: String
+    /// The publishing service, e.g. `trips`.
+    public var source: String
+    /// Counts up from 1 with no gaps per (source, epoch).
+    public var seq: UInt64
+    /// Identifies one run of the publisher; a new epoch restarts `seq`.
+    public var epoch: String
+    public var time: Date
+
+    public init(id: String = UUID().uuidString.lowercased(), type: String, source: String, seq: UInt64, epoch: String, time: Date) {
+        self.v = Self.version
+        self.id = id
+        self.type = type
+        self.source = source
+        self.seq = seq
+        self.epoch = epoch
+        self.time = time
+    }
+
+    /// Hand-written encoding: the header is on every message and its fields are plain ASCII that
+    /// the publisher validated, so no escaping is needed.
+    public func encoded() -> [UInt8] {
+        var out = [UInt8]()
+        out.reserveCapacity(160 + type.utf8.count)
+        out.append(contentsOf: #"{"v":"#.utf8)
+        out.append(contentsOf: String(v).utf8)
+        out.append(contentsOf: #","id":""#.utf8)
+        out.append(contentsOf: id.utf8)
+        out.append(contentsOf: #"","type":""#.utf8)
+        out.append(contentsOf: type.utf8)
+        out.append(contentsOf: #"","source":""#.utf8)
+        out.append(contentsOf: source.utf8)
+        out.append(contentsOf: #"","seq":"#.utf8)
+        out.append(contentsOf: String(seq).utf8)
+        out.append(contentsOf: #","epoch":""#.utf8)
+        out.append(contentsOf: epoch.utf8)
+        out.append(contentsOf: #"","time":""#.utf8)
+        out.append(contentsOf: RFC3339.format(time).utf8)
+        out.append(contentsOf: #""}"#.utf8)
+        return out
+    }
+}
+
+public enum EnvelopeError: Error, Sendable, Equatable, CustomStringConvertible {
+    case frameCount(Int)
+    case topic(String)
+    case header(String)
+    case unsupportedVersion(Int)
+    case payload(String)
+
+    /// A stable code for logs and metrics.
+    public var code: String {
+        switch self {
+        case .frameCount: "envelope.frame_count"
+        case .topic: "envelope.topic"
+        case .header: "envelope.header"
+        case .unsupportedVersion: "envelope.version"
+        case .payload: "envelope.payload"
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .frameCount(let n): "\(code): expected 3 frames [topic, header, payload], got \(n)"
+        case .topic(let t): "\(code): topic is not printable ASCII: \(t.debugDescription)"
+        case .header(let why): "\(code): \(why)"
+        case .unsupportedVersion(let v): "\(code): header v=\(v) is newer than this build understands (1)"
+        case .payload(let why): "\(code): \(why)"
+        }
+    }
+}
+
+/// One message on the bus, with its payload still as JSON bytes: consumers decode only the types
+/// they handle, and ignore the rest.
+public struct BusMessage: Sendable {
+    public var topic: String
+    public var header: EnvelopeHeader
+    public var payload: [UInt8]
+
+    public init(topic: String, header: EnvelopeHeader, payload: [UInt8]) {
+        self.topic = topic
+        self.header = header
+        self.payload = payload
+    }
+
+    /// The three frames `[topic, header JSON, payload JSON]`.
+    public var frames: [[UInt8]] { [Array(topic.utf8), header.encoded(), payload] }
+
+    public init(frames: [[UInt8]]) throws(EnvelopeError) {
+        guard frames.count == 3 else { throw .frameCount(frames.count) }
+        guard !frames[0].isEmpty, frames[0].allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw .topic(String(decoding: frames[0], as: UTF8.self))
+        }
+        let header: EnvelopeHeader
+        do {
+            header = try BusJSON.decode(EnvelopeHeader.self, from: frames[1])
+        } catch {
+            throw .header(String(describing: error))
+        }
+        // Newer minor fields are fine (unknown keys are ignored); a newer major version is not.
+        guard header.v == EnvelopeHeader.version else { throw .unsupportedVersion(header.v) }
+        self.init(topic: String(decoding: frames[0], as: UTF8.self), header: header, payload: frames[2])
+    }
+
+    public func decode<T: Decodable>(_ type: T.Type) throws(EnvelopeError) -> T {
+        do {
+            return try BusJSON.decode(type, from: payload)
+        } catch {
+            throw .payload("\(topic): \(error)")
+        }
+    }
+
+    /// The device id at the end of the topic, for topics that carry one.
+    public var device: String? {
+        guard topic.count > header.type.count + 1, topic.hasPrefix(header.type + ".") else { return nil }
+        return String(topic.dropFirst(header.type.count + 1))
+    }
+}
+
+/// Topic spelling: the event type, most general part first, then the device id where there is one.
+public enum Topic {
+    public static func make(_ type: String, device: String? = nil) -> String {
+        guard let device else { return type }
+        return "\(type).\(device)"
+    }
+
+    /// Event types are dot-separated lowercase words: `fix`, `trip.ended`, `svc.heartbeat`.
+    public static func isValidType(_ type: String) -> Bool {
+        !type.isEmpty && type.utf8.count <= 64
+            && type.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { part in
+                !part.isEmpty && part.utf8.allSatisfy { (0x61...0x7A).contains($0) || $0 == UInt8(ascii: "_") }
+            }
+    }
+}
+
+/// Device ids match `[A-Za-z0-9_-]{1,64}`, so they are safe in topics, file names and SQL.
+public enum DeviceID {
+    public static func isValid(_ id: some StringProtocol) -> Bool {
+        let bytes = id.utf8
+        return (1...64).contains(bytes.count) && bytes.allSatisfy { byte in
+            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+                || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+        }
+    }
+}

@@ -1,0 +1,42 @@
+import Foundation
+
+/// The bus's JSON conventions in one place: times are RFC 3339 UTC strings with milliseconds, and
+/// keys are spelled out snake_case in each type's `CodingKeys`.
+public enum BusJSON {
+    public static func encoder() -> JSONEncoder {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes, .sortedKeys]
+        encoder.dateEncodingStrategy = .custom { date, encoder in
+            var container = encoder.singleValueContainer()
+            try container.encode(RFC3339.format(date))
+        }
+        encoder.nonConformingFloatEncodingStrategy = .throw
+        return encoder
+    }
+
+    public static func decoder() -> JSONDecoder {
+        let decoder = JSONDecoder()
+        decoder.dateDecodingStrategy = .custom { decoder in
+            let container = try decoder.singleValueContainer()
+            let text = try container.decode(String.self)
+            guard let date = RFC3339.parse(text) else {
+                throw DecodingError.dataCorruptedError(
+                    in: container, debugDescription: "expected an RFC 3339 time, got \"\(text)\"")
+            }
+            return date
+        }
+        return decoder
+    }
+
+    // Encoders and decoders are safe to share between threads once configured.
+    private static let sharedEncoder = encoder()
+    private static let sharedDecoder = decoder()
+
+    public static func encode(_ value: some Encodable) throws -> [UInt8] {
+        Array(try sharedEncoder.encode(value))
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: some Collection<UInt8>) throws -> T {
+        try sharedDecoder.decode(type, from: Data(bytes))
+    }
+}

@@ -1,0 +1,97 @@
+import Foundation
+
+/// The `op` every RPC request carries; a handler then decodes its own parameters from the body.
+public struct RPCRequestHead: Codable, Sendable {
+    public var op: String
+    public init(op: String) { self.op = op }
+}
+
+public struct RPCErrorBody: Codable, Sendable, Equatable, Error, CustomStringConvertible {
+    /// Stable, dotted: `rpc.bad_request`, `rpc.unknown_op`, `ingest.journal_full`…
+    public var code: String
+    public var message: String
+
+    public init(code: String, message: String) {
+        self.code = code
+        self.message = message
+    }
+
+    public var description: String { "\(code): \(message)" }
+
+    public static func badRequest(_ message: String) -> RPCErrorBody { .init(code: "rpc.bad_request", message: message) }
+    public static func unknownOp(_ op: String) -> RPCErrorBody { .init(code: "rpc.unknown_op", message: "unknown op \"\(op)\"") }
+    public static func unavailable(_ message: String) -> RPCErrorBody { .init(code: "rpc.unavailable", message: message) }
+}
+
+/// A reply: `{"ok":true, …result's fields}` or `{"ok":false,"error":{"code","message"}}`.
+public enum RPCReply<Result: Codable & Sendable>: Codable, Sendable {
+    case success(Result)
+    case failure(RPCErrorBody)
+
+    private enum Keys: String, CodingKey { case ok, error }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Keys.self)
+        switch self {
+        case .success(let result):
+            try container.encode(true, forKey: .ok)
+            // The result's fields go into the same object as `ok`.
+            try result.encode(to: encoder)
+        case .failure(let error):
+            try container.encode(false, forKey: .ok)
+            try container.encode(error, forKey: .error)
+        }
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Keys.self)
+        if try container.decode(Bool.self, forKey: .ok) {
+            self = .success(try Result(from: decoder))
+        } else {
+            self = .failure(try container.decode(RPCErrorBody.self, forKey: .error))
+        }
+    }
+
+    public func get() throws(RPCErrorBody) -> Result {
+        switch self {
+        case .success(let result): return result
+        case .failure(let error): throw error
+        }
+    }
+}
+
+/// For replies that carry nothing but `ok`.
+public struct RPCEmpty: Codable, Sendable, Equatable {
+    public init() {}
+}
+
+/// The reply to `health`, which every service answers.
+public struct HealthReply: Codable, Sendable, Equatable {
+    public var service: String
+    public var status: String
+    public var pid: Int32
+    public var epoch: String
+    public var startedAt: Date
+    public var uptimeS: Double
+    public var publishedSeq: UInt64
+    public var lastSeq: [String: UInt64]
+
+    public init(service: String, status: String, pid: Int32, epoch: String, startedAt: Date, uptimeS: Double, publishedSeq: UInt64, lastSeq: [String: UInt64]) {
+        self.service = service
+        self.status = status
+        self.pid = pid
+        self.epoch = epoch
+        self.startedAt = startedAt
+        self.uptimeS = uptimeS
+        self.publishedSeq = publishedSeq
+        self.lastSeq = lastSeq
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case service, status, pid, epoch
+        case startedAt = "started_at"
+        case uptimeS = "uptime_s"
+        case publishedSeq = "published_seq"
+        case lastSeq = "last_seq"
+    }
+}

@@ -1,0 +1,163 @@
+import Foundation
+
+/// RFC 3339 times as the bus writes them: UTC with milliseconds, `2026-11-21T18:42:54.123Z`.
+///
+/// Hand-written because `ISO8601DateFormatter` is slow and not `Sendable`, and every message on the
+/// bus carries at least one time.
+public enum RFC3339 {
+    /// Formats `date` in UTC, rounded to the millisecond.
+    public static func format(_ date: Date) -> String {
+        let totalMs = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
+        let (year, month, day) = civil(fromDays: days)
+        let seconds = msOfDay / 1000
+        var out = [UInt8]()
+        out.reserveCapacity(24)
+        append(&out, year, width: 4)
+        out.append(UInt8(ascii: "-"))
+        append(&out, month, width: 2)
+        out.append(UInt8(ascii: "-"))
+        append(&out, day, width: 2)
+        out.append(UInt8(ascii: "T"))
+        append(&out, seconds / 3600, width: 2)
+        out.append(UInt8(ascii: ":"))
+        append(&out, seconds / 60 % 60, width: 2)
+        out.append(UInt8(ascii: ":"))
+        append(&out, seconds % 60, width: 2)
+        out.append(UInt8(ascii: "."))
+        append(&out, msOfDay % 1000, width: 3)
+        out.append(UInt8(ascii: "Z"))
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Parses an RFC 3339 date-time with any offset (`Z`, `+02:00`, `-0530`) and an optional
+    /// fraction, to the millisecond. Returns `nil` for anything else, including impossible dates.
+    public static func parse(_ text: some StringProtocol) -> Date? {
+        var scanner = Scanner(Array(text.utf8))
+        guard let year = scanner.digits(4), scanner.skip("-"),
+              let month = scanner.digits(2), scanner.skip("-"),
+              let day = scanner.digits(2),
+              scanner.skip("T") || scanner.skip("t") || scanner.skip(" "),
+              let hour = scanner.digits(2), scanner.skip(":"),
+              let minute = scanner.digits(2), scanner.skip(":"),
+              let second = scanner.digits(2)
+        else { return nil }
+        guard (1...12).contains(month), (1...daysIn(month: month, year: year)).contains(day),
+              hour < 24, minute < 60, second <= 60
+        else { return nil }
+        var milliseconds: Int64 = 0
+        if scanner.skip(".") {
+            var scale: Int64 = 100
+            var count = 0
+            var roundUp = false
+            while let digit = scanner.digit() {
+                if count < 3 {
+                    milliseconds += Int64(digit) * scale
+                    scale /= 10
+                } else if count == 3 {
+                    roundUp = digit >= 5
+                }
+                count += 1
+            }
+            guard count > 0 else { return nil }
+            if roundUp { milliseconds += 1 }
+        }
+        var offsetSeconds = 0
+        if scanner.skip("Z") || scanner.skip("z") {
+            offsetSeconds = 0
+        } else if let sign = scanner.sign() {
+            guard let offsetHours = scanner.digits(2) else { return nil }
+            _ = scanner.skip(":")
+            guard let offsetMinutes = scanner.digits(2), offsetHours < 24, offsetMinutes < 60 else { return nil }
+            offsetSeconds = sign * (offsetHours * 3600 + offsetMinutes * 60)
+        } else {
+            return nil
+        }
+        guard scanner.atEnd else { return nil }
+        // A leap second is folded into the second before it.
+        let seconds = Int64(days(fromYear: year, month: month, day: day)) * 86_400
+            + Int64(hour * 3600 + minute * 60 + min(second, 59) - offsetSeconds)
+        return Date(timeIntervalSince1970: Double(seconds * 1000 + milliseconds) / 1000)
+    }
+
+    // MARK: Calendar arithmetic (Howard Hinnant's days-from-civil algorithms)
+
+    public static func days(fromYear year: Int, month: Int, day: Int) -> Int {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yearOfEra = y - era * 400
+        let dayOfYear = (153 * (month + (month > 2 ? -3 : 9)) + 2) / 5 + day - 1
+        let dayOfEra = yearOfEra * 365 + yearOfEra / 4 - yearOfEra / 100 + dayOfYear
+        return era * 146_097 + dayOfEra - 719_468
+    }
+
+    public static func civil(fromDays days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let dayOfEra = z - era * 146_097
+        let yearOfEra = (dayOfEra - dayOfEra / 1460 + dayOfEra / 36524 - dayOfEra / 146_096) / 365
+        let dayOfYear = dayOfEra - (365 * yearOfEra + yearOfEra / 4 - yearOfEra / 100)
+        let mp = (5 * dayOfYear + 2) / 153
+        let day = dayOfYear - (153 * mp + 2) / 5 + 1
+        let month = mp < 10 ? mp + 3 : mp - 9
+        return (yearOfEra + era * 400 + (month <= 2 ? 1 : 0), month, day)
+    }
+
+    static func daysIn(month: Int, year: Int) -> Int {
+        switch month {
+        case 2: (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: 30
+        default: 31
+        }
+    }
+
+    private static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
+        let q = a / b, r = a % b
+        return r < 0 ? (q - 1, r + b) : (q, r)
+    }
+
+    private static func append(_ out: inout [UInt8], _ value: Int64, width: Int) {
+        var digits = [UInt8](repeating: UInt8(ascii: "0"), count: width)
+        var rest = value
+        for index in stride(from: width - 1, through: 0, by: -1) {
+            digits[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+            rest /= 10
+        }
+        out.append(contentsOf: digits)
+    }
+
+    private struct Scanner {
+        let bytes: [UInt8]
+        var index = 0
+        init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+        var atEnd: Bool { index == bytes.count }
+
+        mutating func skip(_ character: Unicode.Scalar) -> Bool {
+            guard index < bytes.count, bytes[index] == UInt8(ascii: character) else { return false }
+            index += 1
+            return true
+        }
+
+        mutating func digit() -> Int? {
+            guard index < bytes.count, (48...57).contains(bytes[index]) else { return nil }
+            defer { index += 1 }
+            return Int(bytes[index] - 48)
+        }
+
+        mutating func digits(_ count: Int) -> Int? {
+            var value = 0
+            for _ in 0..<count {
+                guard let digit = digit() else { return nil }
+                value = value * 10 + digit
+            }
+            return value
+        }
+
+        mutating func sign() -> Int? {
+            if skip("+") { return 1 }
+            if skip("-") { return -1 }
+            return nil
+        }
+    }
+}
