@@ -47,6 +47,10 @@ public struct DrivebusConfig: Sendable, Equatable {
     public struct Listen: Sendable, Equatable, CustomStringConvertible {
         public var host: String
         public var port: Int
+        public init(host: String, port: Int) {
+            self.host = host
+            self.port = port
+        }
         public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
     }
 

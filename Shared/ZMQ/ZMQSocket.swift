@@ -24,6 +24,15 @@ public enum ZMQSocketType: Sendable {
     }
 }
 
+/// Socket options used with `setOption`, by name.
+public enum ZMQOption {
+    public static let linger = ZMQ_LINGER
+    public static let sendHighWaterMark = ZMQ_SNDHWM
+    public static let receiveHighWaterMark = ZMQ_RCVHWM
+    /// Queue messages only to completed connections.
+    public static let immediate = ZMQ_IMMEDIATE
+}
+
 /// CURVE settings for a `tcp://` socket: a server holds its secret key, a client knows the
 /// server's public key and has a key pair of its own.
 public enum CurveRole: Sendable, Equatable {
@@ -93,6 +102,16 @@ public final class ZMQSocket {
         let handle = try open("zmq_setsockopt")
         let rc = bytes.withUnsafeBytes { zmq_setsockopt(handle, option, $0.baseAddress, $0.count) }
         if rc != 0 { throw ZMQError.last("zmq_setsockopt(\(option))", endpoint) }
+    }
+
+    /// The endpoint actually bound, e.g. the port chosen for `tcp://127.0.0.1:0`.
+    public func lastEndpoint() throws(ZMQError) -> String {
+        var buffer = [CChar](repeating: 0, count: 1024)
+        var size = buffer.count
+        guard zmq_getsockopt(try open("zmq_getsockopt"), ZMQ_LAST_ENDPOINT, &buffer, &size) == 0 else {
+            throw ZMQError.last("zmq_getsockopt(ZMQ_LAST_ENDPOINT)", endpoint)
+        }
+        return String(decoding: buffer.prefix(while: { $0 != 0 }).map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Queue limits in messages; 0 means unlimited.

@@ -1,0 +1,126 @@
+import DrivebusKit
+import Foundation
+import Testing
+
+@Suite struct ConfigTests {
+    func error(_ yaml: String) -> String? {
+        do {
+            _ = try DrivebusConfig.parse(yaml: yaml, workingDirectory: "/srv")
+            return nil
+        } catch {
+            return error.description
+        }
+    }
+
+    @Test func defaultsServeOneHomeOnLoopback() throws {
+        let config = try DrivebusConfig.parse(yaml: "", workingDirectory: "/srv/home")
+        #expect(config.stateDir == "/srv/home/var")
+        #expect(config.ingest.listen.description == "127.0.0.1:5055")
+        #expect(config.stats.listen.description == "127.0.0.1:8091")
+        #expect(config.heartbeatIntervalS == 2)
+        #expect(config.busEndpoints().in.address == "ipc:///srv/home/var/run/bus.in")
+        #expect(config.busEndpoints().out.address == "ipc:///srv/home/var/run/bus.out")
+        #expect(config.layout.rpcEndpoint(.trips) == "ipc:///srv/home/var/run/trips.rpc")
+    }
+
+    @Test func readsEveryFoundationKey() throws {
+        let config = try DrivebusConfig.parse(yaml: """
+            state_dir: /data/drivebus
+            log_level: debug
+            heartbeat_interval_s: 0.5
+            ingest: {listen: "0.0.0.0:6055", max_body_bytes: 1048576}
+            stats: {listen: "[::1]:9000"}
+            devices:
+              - {id: car, token: "s3cret-token", home: home}
+              - {id: taxi-phone, allow_id_auth: true}
+            """, workingDirectory: "/")
+        #expect(config.stateDir == "/data/drivebus")
+        #expect(config.logLevel == .debug)
+        #expect(config.heartbeatIntervalS == 0.5)
+        #expect(config.ingest.listen == .init(host: "0.0.0.0", port: 6055))
+        #expect(config.ingest.maxBodyBytes == 1_048_576)
+        #expect(config.stats.listen == .init(host: "::1", port: 9000))
+        #expect(config.devices.map(\.id) == ["car", "taxi-phone"])
+        #expect(config.devices[0].home == "home")
+        #expect(config.devices[1].allowIDAuth)
+    }
+
+    @Test(arguments: [
+        ("statedir: x", "config error: statedir: unknown key"),
+        ("ingest: {port: 5055}", "config error: ingest.port: unknown key"),
+        ("ingest: {listen: \"5055\"}", #"config error: ingest.listen: expected HOST:PORT with a port from 1 to 65535, got "5055""#),
+        ("ingest: {listen: \"localhost:99999\"}", "config error: ingest.listen: expected HOST:PORT"),
+        ("heartbeat_interval_s: fast", #"config error: heartbeat_interval_s: expected a number, got "fast""#),
+        ("heartbeat_interval_s: 0", "config error: heartbeat_interval_s: must be from 0.1 to 60, got 0"),
+        ("log_level: loud", "config error: log_level: expected one of"),
+        ("devices: {car: x}", "config error: devices: expected a list"),
+        ("devices: [{id: car}]", "config error: devices[0].token: is required unless allow_id_auth is true"),
+        ("devices: [{id: 'my car', token: abcdefgh}]", "config error: devices[0].id: must match"),
+        ("devices: [{id: a, token: abcdefgh}, {id: b, token: abcdefgh}]", "config error: devices[1].token: is the same as device \"a\""),
+        ("devices: [{id: a, token: short}]", "config error: devices[0].token: must be at least 8 characters"),
+        ("devices: [{id: a, token: abcdefgh, colour: red}]", "config error: devices[0].colour: unknown key"),
+        ("bus: {in: \"tcp://10.0.0.2:5600\"}", "config error: bus.curve: is required when the bus uses tcp://"),
+        ("bus: {in: \"udp://x\"}", "config error: bus.in: expected an ipc:// or tcp:// endpoint"),
+        ("ingest: [1, 2]", "config error: ingest: expected a mapping of keys"),
+        ("a: [unclosed", "config error: not valid YAML"),
+    ])
+    func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
+        let message = error(yaml)
+        #expect(message?.hasPrefix(expected) == true, "got: \(message ?? "no error")")
+        #expect(message?.contains("\n") == false)
+    }
+
+    @Test func tokensNeverAppearInErrors() {
+        let message = error("devices: [{id: a, token: hunter2-secret}, {id: b, token: hunter2-secret}]")
+        #expect(message != nil)
+        #expect(message?.contains("hunter2") == false)
+    }
+
+    @Test func refusesStateDirWhoseSocketsWouldBeTooLong() {
+        let long = "/tmp/" + String(repeating: "d", count: 90)
+        #expect(error("state_dir: \(long)")?.hasPrefix("config error: state_dir: socket path \(long)/run/") == true)
+        #expect(error("state_dir: /tmp/" + String(repeating: "d", count: 80)) == nil)
+    }
+
+    @Test func findsTheFileInTheDocumentedOrder() throws {
+        let dir = TempDir()
+        let explicit = dir.file("explicit.yaml", "log_level: error")
+        let fromEnvironment = dir.file("env.yaml", "log_level: warning")
+        _ = dir.file("drivebus.yaml", "log_level: debug")
+
+        let (first, origin) = try DrivebusConfig.load(explicitPath: explicit, environment: ["DRIVEBUS_CONFIG": fromEnvironment], workingDirectory: dir.path)
+        #expect(first.logLevel == .error)
+        #expect(origin == .file(explicit))
+        #expect(try DrivebusConfig.load(explicitPath: nil, environment: ["DRIVEBUS_CONFIG": fromEnvironment], workingDirectory: dir.path).0.logLevel == .warning)
+        #expect(try DrivebusConfig.load(explicitPath: nil, environment: [:], workingDirectory: dir.path).0.logLevel == .debug)
+
+        let empty = TempDir()
+        let (defaults, defaultOrigin) = try DrivebusConfig.load(explicitPath: nil, environment: [:], workingDirectory: empty.path)
+        #expect(defaultOrigin == .builtInDefaults)
+        #expect(defaults.stateDir == empty.path + "/var")
+
+        #expect(throws: ConfigError(path: "", reason: "config file \(empty.path)/missing.yaml does not exist")) {
+            try DrivebusConfig.load(explicitPath: "missing.yaml", environment: [:], workingDirectory: empty.path)
+        }
+    }
+
+    @Test func preparesAPrivateRunDirectory() throws {
+        let dir = TempDir()
+        let layout = StateLayout(stateDir: dir.path + "/state")
+        try FileManager.default.createDirectory(atPath: layout.runDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o777])
+        try layout.prepare()
+        let mode = try FileManager.default.attributesOfItem(atPath: layout.runDir)[.posixPermissions] as? Int
+        #expect(mode == 0o700)
+        #expect(FileManager.default.fileExists(atPath: layout.dataDir))
+    }
+
+    @Test func secondInstanceLockFailsLoudly() throws {
+        let dir = TempDir()
+        let layout = StateLayout(stateDir: dir.path)
+        try layout.prepare()
+        let first = try InstanceLock(.trips, layout: layout)
+        #expect(throws: InstanceLock.AlreadyRunning.self) { try InstanceLock(.trips, layout: layout) }
+        _ = try InstanceLock(.geofence, layout: layout)
+        withExtendedLifetime(first) {}
+    }
+}

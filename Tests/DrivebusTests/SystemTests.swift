@@ -1,0 +1,159 @@
+import DrivebusKit
+import Foundation
+import Testing
+
+/// Real executables on real ipc sockets in a temporary directory.
+@Suite(.serialized) struct SystemTests {
+    func config(_ dir: TempDir, extra: String = "") -> (path: String, config: DrivebusConfig) {
+        let yaml = "state_dir: \(dir.path)/state\nheartbeat_interval_s: 0.5\nsupervisor: {restart_initial_s: 0.2}\n" + extra
+        return (dir.file("drivebus.yaml", yaml), try! DrivebusConfig.parse(yaml: yaml))
+    }
+
+    @Test func publisherSeqHasNoGapsThroughTheBroker() async throws {
+        let dir = TempDir()
+        let (path, config) = config(dir)
+        let broker = try Child("drivebus-bus", ["--config", path])
+        let client = BusClient(config: config, name: "test")
+        var messages = try await client.subscribe(["fix.", "probe"]).makeAsyncIterator()
+        let publisher = try await client.makePublisher(source: "ingest")
+        // Wait until the subscription has reached the publisher through the broker.
+        let probe = Task {
+            while !Task.isCancelled {
+                _ = try? publisher.publish("probe", payload: RPCEmpty())
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        var probeSeq: UInt64 = 0
+        while let message = await messages.next(), message.topic == "probe" {
+            probeSeq = message.header.seq
+            break
+        }
+        probe.cancel()
+        _ = await probe.value
+        #expect(probeSeq >= 1)
+
+        let start = Date(timeIntervalSince1970: 1_700_000_000)
+        for index in 0..<500 {
+            let fix = Fix(seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)), lat: 48 + Double(index) / 1e4, lon: 16, source: .api)
+            try publisher.publish("fix", device: "car", payload: fix)
+        }
+        var tracker = SeqTracker()
+        var received = 0
+        while received < 500, let message = await messages.next() {
+            guard message.topic == "fix.car" else { continue }
+            let observation = tracker.observe(message.header)
+            #expect(observation == (received == 0 ? .first : .inOrder))
+            #expect(message.header.source == "ingest")
+            #expect(message.header.epoch == publisher.epoch)
+            let fix = try message.decode(Fix.self)
+            #expect(fix.seq == UInt64(received + 1))
+            #expect(fix.time == start.addingTimeInterval(Double(received)))
+            received += 1
+        }
+        #expect(received == 500)
+        await client.shutdown()
+        broker.signal(SIGTERM)
+        #expect(try await broker.exitStatus() == 0)
+    }
+
+    @Test func upRunsEverythingAndStatusHeartbeatsRestartAndStopWork() async throws {
+        let dir = TempDir()
+        let (path, config) = config(dir)
+        let up = try Child("drivebus", ["up", "--config", path])
+
+        // Heartbeats from all six services (and the bus) reach an outside subscriber.
+        let client = BusClient(config: config, name: "test")
+        var heartbeats = try await client.subscribe(["svc.heartbeat."]).makeAsyncIterator()
+        var seen: [String: Heartbeat] = [:]
+        let expected = Set(ServiceName.allCases.map(\.rawValue))
+        let deadline = ContinuousClock.now + .seconds(40)
+        while Set(seen.keys) != expected, ContinuousClock.now < deadline, let message = await heartbeats.next() {
+            let beat = try message.decode(Heartbeat.self)
+            #expect(message.topic == "svc.heartbeat.\(beat.service)")
+            #expect(message.header.source == beat.service)
+            seen[beat.service] = beat
+        }
+        #expect(Set(seen.keys) == expected, "stderr of up:\n\(up.stderr)")
+
+        let status = try await run("drivebus", ["status", "--config", path])
+        #expect(status.status == 0, "\(status.stdout)\n\(status.stderr)")
+        let lines = status.stdout.split(separator: "\n")
+        #expect(lines.first?.hasPrefix("SERVICE") == true)
+        for service in ServiceName.allCases {
+            #expect(lines.contains { $0.hasPrefix(service.rawValue + " ") && $0.contains(" ok ") }, "\(status.stdout)")
+        }
+
+        // A second instance of a running service fails loudly and steals nothing.
+        let second = try await run("drivebus-trips", ["--config", path])
+        #expect(second.status == 2)
+        #expect(second.stderr.contains("another drivebus-trips is already running"))
+
+        // Kill a child: it comes back with a new pid and answers health again.
+        let before = try await client.call(.trips, RPCRequestHead(op: "health"), as: HealthReply.self)
+        kill(before.pid, SIGKILL)
+        var after: HealthReply?
+        _ = await eventually(within: .seconds(15)) {
+            after = try? await client.call(.trips, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300))
+            return after.map { $0.pid != before.pid } ?? false
+        }
+        #expect(after != nil && after?.pid != before.pid)
+        #expect(after?.epoch != before.epoch)
+        #expect(up.stderr.contains("drivebus-trips was killed by signal 9"))
+
+        // Unknown ops get a typed error.
+        await #expect(throws: RPCErrorBody.unknownOp("fly")) {
+            try await client.call(.stats, RPCRequestHead(op: "fly"), as: RPCEmpty.self)
+        }
+
+        let pids = try await ServiceName.allCases.asyncMap { try await client.call($0, RPCRequestHead(op: "health"), as: HealthReply.self).pid }
+        await client.shutdown()
+
+        // SIGTERM stops everything, and up exits 0.
+        up.signal(SIGTERM)
+        #expect(try await up.exitStatus() == 0)
+        for pid in pids { #expect(!isAlive(pid), "pid \(pid) outlived drivebus up") }
+        #expect(try await run("drivebus", ["status", "--config", path, "--timeout", "0.3"]).status == 1)
+    }
+
+    @Test func killingUpLeavesNoOrphans() async throws {
+        let dir = TempDir()
+        let (path, config) = config(dir)
+        let up = try Child("drivebus", ["up", "--config", path])
+        let client = BusClient(config: config, name: "test")
+        var pids: [Int32] = []
+        _ = await eventually(within: .seconds(30)) {
+            pids = (try? await ServiceName.allCases.asyncMap {
+                try await client.call($0, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)).pid
+            }) ?? []
+            return pids.count == ServiceName.allCases.count
+        }
+        await client.shutdown()
+        #expect(pids.count == 7)
+        up.signal(SIGKILL)
+        _ = try await up.exitStatus()
+        let allGone = await eventually(within: .seconds(10)) { pids.allSatisfy { !isAlive($0) } }
+        #expect(allGone, "still alive: \(pids.filter(isAlive))")
+    }
+
+    @Test func badConfigStopsStartUpWithOneLineNamingTheKey() async throws {
+        let dir = TempDir()
+        let path = dir.file("bad.yaml", "state_dir: \(dir.path)/s\ningest:\n  listen: \"127.0.0.1:http\"\n")
+        for executable in ["drivebus-ingest", "drivebus-bus"] {
+            let result = try await run(executable, ["--config", path])
+            #expect(result.status == 2)
+            #expect(result.stderr == "\(executable): config error: ingest.listen: expected HOST:PORT with a port from 1 to 65535, got \"127.0.0.1:http\"\n")
+        }
+        let up = try await run("drivebus", ["up", "--config", path])
+        #expect(up.status == 2)
+        #expect(up.stderr.contains("config error: ingest.listen"))
+        #expect(!FileManager.default.fileExists(atPath: dir.path + "/s"))
+    }
+}
+
+extension Sequence {
+    func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var results: [T] = []
+        for element in self { results.append(try await transform(element)) }
+        return results
+    }
+}

@@ -1,0 +1,178 @@
+import DrivebusKit
+import Foundation
+import Testing
+
+@Suite struct ZMQTests {
+    /// Publishes `probe` until the subscriber has it: a SUB only receives once its subscription
+    /// has reached the PUB ("slow joiner").
+    func waitUntilJoined(_ loop: ZMQLoop, _ pub: ZMQLoop.SocketID, _ iterator: inout AsyncStream<ZMQMessage>.AsyncIterator, topic: String) async {
+        let probe = Task {
+            while !Task.isCancelled {
+                loop.send([Array(topic.utf8), Array("probe".utf8)], on: pub)
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        _ = await iterator.next()
+        probe.cancel()
+        _ = await probe.value
+    }
+
+    @Test func pubSubOverIPCDeliversInOrderAndFiltersByPrefix() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/pubsub")
+        let publisherLoop = ZMQLoop(name: "pub")
+        let subscriberLoop = ZMQLoop(name: "sub")
+        let pub = try await publisherLoop.openSocket(.pub, bind: endpoint, highWaterMark: 0)
+        var messages = try await subscriberLoop.subscribe(endpoint, prefixes: ["probe", "fix."]).makeAsyncIterator()
+        await waitUntilJoined(publisherLoop, pub, &messages, topic: "probe")
+        // Drain probes still in flight by sending a marker after them.
+        publisherLoop.send([Array("fix.marker".utf8), []], on: pub)
+        while let message = await messages.next(), message[0] != Array("fix.marker".utf8) {}
+
+        for index in 0..<200 {
+            publisherLoop.send([Array("trip.car".utf8), Array("no".utf8)], on: pub)
+            publisherLoop.send([Array("fix.car".utf8), Array(String(index).utf8), Array(repeating: UInt8(index % 256), count: index)], on: pub)
+        }
+        for index in 0..<200 {
+            let message = try #require(await messages.next())
+            #expect(message.count == 3)
+            #expect(String(decoding: message[0], as: UTF8.self) == "fix.car")
+            #expect(String(decoding: message[1], as: UTF8.self) == String(index))
+            #expect(message[2] == Array(repeating: UInt8(index % 256), count: index))
+        }
+        #expect(publisherLoop.droppedSendCount == 0)
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
+    }
+
+    @Test func messagesOfAnySizeArriveWhole() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/big")
+        let loop = ZMQLoop(name: "big")
+        let pub = try await loop.openSocket(.pub, bind: endpoint, highWaterMark: 0)
+        var messages = try await loop.subscribe(endpoint, prefixes: ["big", "probe"]).makeAsyncIterator()
+        await waitUntilJoined(loop, pub, &messages, topic: "probe")
+        let payload = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
+        loop.send([Array("big".utf8), payload], on: pub)
+        var received: ZMQMessage?
+        while let message = await messages.next() {
+            if message[0] == Array("big".utf8) { received = message; break }
+        }
+        #expect(received?[1] == payload)
+        await loop.shutdown()
+    }
+
+    @Test func requestsAndRepliesOverIPC() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/svc.rpc")
+        let server = ZMQLoop(name: "server")
+        let client = ZMQLoop(name: "client")
+        let (requests, socket) = try await server.serveRequests(endpoint)
+        let serving = Task {
+            for await request in requests {
+                server.reply(to: request, with: Array("echo:".utf8) + request.body, on: socket)
+            }
+        }
+        // Concurrent calls each get their own answer.
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for index in 0..<25 {
+                group.addTask {
+                    let reply = try await client.request(endpoint, body: Array("n\(index)".utf8), timeout: .seconds(5))
+                    #expect(String(decoding: reply, as: UTF8.self) == "echo:n\(index)")
+                }
+            }
+            try await group.waitForAll()
+        }
+        await server.shutdown()
+        _ = await serving.value
+        await client.shutdown()
+    }
+
+    @Test func requestToNobodyTimesOutWithATypedError() async throws {
+        let dir = TempDir()
+        let loop = ZMQLoop(name: "client")
+        let started = ContinuousClock.now
+        do {
+            _ = try await loop.request(ZMQEndpoint("ipc://\(dir.path)/nobody.rpc"), body: [1], timeout: .milliseconds(200))
+            Issue.record("a request to nobody returned")
+        } catch let error as ZMQError {
+            #expect(error.errno == ETIMEDOUT)
+            #expect(error.endpoint == "ipc://\(dir.path)/nobody.rpc")
+        }
+        #expect(started.duration(to: .now) < .seconds(2))
+        await loop.shutdown()
+    }
+
+    @Test func errorsCarryErrnoOperationAndEndpoint() throws {
+        let context = ZMQContext()
+        let socket = try ZMQSocket(context, .pub)
+        do {
+            try socket.bind("ipc:///nonexistent-dir/x/bus.in")
+            Issue.record("bind into a missing directory succeeded")
+        } catch {
+            #expect(error.operation == "zmq_bind")
+            #expect(error.endpoint == "ipc:///nonexistent-dir/x/bus.in")
+            #expect(error.errno == ENOENT)
+            #expect(error.code == "zmq.ENOENT")
+        }
+        let first = try ZMQSocket(context, .rep)
+        try first.bind("tcp://127.0.0.1:0")
+        let bound = try first.lastEndpoint()
+        #expect(bound.hasPrefix("tcp://127.0.0.1:"))
+        let second = try ZMQSocket(context, .rep)
+        #expect(throws: ZMQError(errno: EADDRINUSE, operation: "zmq_bind", endpoint: bound)) { try second.bind(bound) }
+        socket.close()
+        first.close()
+        second.close()
+    }
+
+    @Test func wouldBlockIsAValueNotAnError() throws {
+        let dir = TempDir()
+        let context = ZMQContext()
+        let pull = try ZMQSocket(context, .pull)
+        try pull.bind("ipc://\(dir.path)/pull")
+        #expect(try pull.receive(dontWait: true) == nil)
+        // PUSH with no peer would block: send reports false instead of throwing.
+        let push = try ZMQSocket(context, .push)
+        try push.setOption(ZMQOption.immediate, 1)
+        try push.connect("ipc://\(dir.path)/nobody")
+        #expect(try push.send([[1, 2, 3]]) == false)
+        pull.close()
+        push.close()
+    }
+
+    @Test func curveOverTCPAuthenticatesTheServer() async throws {
+        try #require(ZMQContext.hasCurve)
+        let server = try CurveKeyPair.generate()
+        let client = try CurveKeyPair.generate()
+        #expect(server.publicKey.utf8.count == 40)
+        let port = Int.random(in: 20_000..<40_000)
+        let loop = ZMQLoop(name: "curve")
+        let (requests, socket) = try await loop.serveRequests(ZMQEndpoint("tcp://127.0.0.1:\(port)", curve: .server(server)))
+        let serving = Task {
+            for await request in requests { loop.reply(to: request, with: request.body, on: socket) }
+        }
+        let good = ZMQEndpoint("tcp://127.0.0.1:\(port)", curve: .client(serverPublicKey: server.publicKey, own: client))
+        #expect(try await loop.request(good, body: Array("secret".utf8), timeout: .seconds(5)) == Array("secret".utf8))
+        // A client that expects another server key never completes the handshake.
+        let impostor = try CurveKeyPair.generate()
+        let wrong = ZMQEndpoint("tcp://127.0.0.1:\(port)", curve: .client(serverPublicKey: impostor.publicKey, own: client))
+        await #expect(throws: ZMQError.self) { try await loop.request(wrong, body: [1], timeout: .milliseconds(300)) }
+        // Nor does a plain-text client.
+        await #expect(throws: ZMQError.self) { try await loop.request(ZMQEndpoint("tcp://127.0.0.1:\(port)"), body: [1], timeout: .milliseconds(300)) }
+        await loop.shutdown()
+        _ = await serving.value
+    }
+
+    @Test func shutdownFinishesStreamsAndRefusesLaterWork() async throws {
+        let dir = TempDir()
+        let loop = ZMQLoop(name: "stop")
+        let stream = try await loop.subscribe(ZMQEndpoint("ipc://\(dir.path)/x"), prefixes: [""])
+        await loop.shutdown()
+        var count = 0
+        for await _ in stream { count += 1 }
+        #expect(count == 0)
+        await #expect(throws: ZMQLoop.LoopError.self) { try await loop.perform { _ in 1 } }
+        await loop.shutdown()
+    }
+}
