@@ -50,7 +50,11 @@ let package = Package(
         ),
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit"], path: "Services/Bus"),
         .executableTarget(name: "drivebus", dependencies: ["DrivebusKit"], path: "Services/CLI"),
-        .executableTarget(name: "drivebus-bench", dependencies: ["DrivebusKit", "CZMQ"], path: "Benchmarks/Bench"),
+        .executableTarget(
+            name: "drivebus-bench",
+            dependencies: ["DrivebusKit", "CZMQ", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Benchmarks/Bench"
+        ),
         .testTarget(name: "DrivebusTests", dependencies: ["DrivebusKit"], path: "Tests/DrivebusTests"),
     ] + services.map(serviceExecutable)
 )

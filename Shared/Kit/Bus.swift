@@ -27,7 +27,7 @@ public final class BusClient: Sendable {
     /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
     /// not a valid envelope are skipped and counted; they never reach the consumer.
     public func subscribe(_ prefixes: [String]) async throws -> BusSubscription {
-        BusSubscription(frames: try await loop.subscribe(endpoints.out, prefixes: prefixes))
+        BusSubscription(batches: try await loop.subscribe(endpoints.out, prefixes: prefixes))
     }
 
     /// Calls `op` on a service's RPC socket and decodes the reply.
@@ -47,20 +47,31 @@ public final class BusClient: Sendable {
 /// Decoded bus messages, in arrival order.
 public struct BusSubscription: AsyncSequence, Sendable {
     public typealias Element = BusMessage
-    let frames: AsyncStream<ZMQMessage>
+    let batches: AsyncStream<[ZMQMessage]>
+
+    /// Decodes raw frames from any SUB stream, e.g. one subscribed directly to a PUB socket.
+    public init(batches: AsyncStream<[ZMQMessage]>) { self.batches = batches }
 
     public struct AsyncIterator: AsyncIteratorProtocol {
-        var frames: AsyncStream<ZMQMessage>.AsyncIterator
+        var batches: AsyncStream<[ZMQMessage]>.AsyncIterator
+        var pending: [ZMQMessage] = []
+        var next = 0
 
         public mutating func next() async -> BusMessage? {
-            while let message = await frames.next() {
-                if let decoded = try? BusMessage(frames: message) { return decoded }
+            while true {
+                while next < pending.count {
+                    defer { next += 1 }
+                    // Frames that are not a valid envelope never reach the consumer.
+                    if let decoded = try? BusMessage(frames: pending[next]) { return decoded }
+                }
+                guard let batch = await batches.next() else { return nil }
+                pending = batch
+                next = 0
             }
-            return nil
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(frames: frames.makeAsyncIterator()) }
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(batches: batches.makeAsyncIterator()) }
 }
 
 /// Publishes envelopes with a `seq` that counts up with no gaps for this process's epoch.
@@ -90,11 +101,13 @@ public final class Publisher: Sendable {
     public let source: String
     /// This run's identity: a new epoch restarts `seq` at 1.
     public let epoch: String
+    private let run = UInt64.random(in: 0...UInt64.max)
     private let loop: ZMQLoop
     private let socket: ZMQLoop.SocketID
     private let seq = Mutex<UInt64>(0)
 
-    init(source: String, loop: ZMQLoop, socket: ZMQLoop.SocketID) {
+    /// Publishes on `socket`, a PUB socket owned by `loop`.
+    public init(source: String, loop: ZMQLoop, socket: ZMQLoop.SocketID) {
         self.source = source
         self.epoch = UUID().uuidString.lowercased()
         self.loop = loop
@@ -129,7 +142,7 @@ public final class Publisher: Sendable {
         return seq.withLock { seq in
             seq += 1
             let header = EnvelopeHeader(
-                id: id ?? UUID().uuidString.lowercased(), type: type, source: source, seq: seq, epoch: epoch, time: time)
+                id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time)
             loop.send([topic, header.encoded(), payloadJSON], on: socket)
             return header
         }

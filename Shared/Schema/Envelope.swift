@@ -47,7 +47,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         out.append(contentsOf: #","epoch":""#.utf8)
         out.append(contentsOf: epoch.utf8)
         out.append(contentsOf: #"","time":""#.utf8)
-        out.append(contentsOf: RFC3339.format(time).utf8)
+        RFC3339.write(time, to: &out)
         out.append(contentsOf: #""}"#.utf8)
         return out
     }

@@ -33,10 +33,21 @@ public enum BusJSON {
     private static let sharedDecoder = decoder()
 
     public static func encode(_ value: some Encodable) throws -> [UInt8] {
-        Array(try sharedEncoder.encode(value))
+        if let fast = value as? any FastJSONEncodable {
+            var writer = JSONWriter()
+            fast.writeJSON(to: &writer)
+            return writer.bytes
+        }
+        return Array(try sharedEncoder.encode(value))
     }
 
-    public static func decode<T: Decodable>(_ type: T.Type, from bytes: some Collection<UInt8>) throws -> T {
-        try sharedDecoder.decode(type, from: Data(bytes))
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        if let fast = type as? any FastJSONDecodable.Type {
+            var reader = JSONReader(bytes)
+            let value = try fast.init(reading: &reader)
+            try reader.finish()
+            return value as! T
+        }
+        return try sharedDecoder.decode(type, from: Data(bytes))
     }
 }

@@ -7,12 +7,18 @@ import Foundation
 public enum RFC3339 {
     /// Formats `date` in UTC, rounded to the millisecond.
     public static func format(_ date: Date) -> String {
+        var out = [UInt8]()
+        out.reserveCapacity(24)
+        write(date, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the 24 bytes of `format(date)` to `out`, without allocating.
+    public static func write(_ date: Date, to out: inout [UInt8]) {
         let totalMs = Int64((date.timeIntervalSince1970 * 1000).rounded())
         let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = msOfDay / 1000
-        var out = [UInt8]()
-        out.reserveCapacity(24)
         append(&out, year, width: 4)
         out.append(UInt8(ascii: "-"))
         append(&out, month, width: 2)
@@ -27,13 +33,16 @@ public enum RFC3339 {
         out.append(UInt8(ascii: "."))
         append(&out, msOfDay % 1000, width: 3)
         out.append(UInt8(ascii: "Z"))
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Parses an RFC 3339 date-time with any offset (`Z`, `+02:00`, `-0530`) and an optional
     /// fraction, to the millisecond. Returns `nil` for anything else, including impossible dates.
     public static func parse(_ text: some StringProtocol) -> Date? {
-        var scanner = Scanner(Array(text.utf8))
+        parse(utf8: Array(text.utf8)[...])
+    }
+
+    public static func parse(utf8 text: ArraySlice<UInt8>) -> Date? {
+        var scanner = Scanner(text)
         guard let year = scanner.digits(4), scanner.skip("-"),
               let month = scanner.digits(2), scanner.skip("-"),
               let day = scanner.digits(2),
@@ -117,30 +126,34 @@ public enum RFC3339 {
     }
 
     private static func append(_ out: inout [UInt8], _ value: Int64, width: Int) {
-        var digits = [UInt8](repeating: UInt8(ascii: "0"), count: width)
-        var rest = value
-        for index in stride(from: width - 1, through: 0, by: -1) {
-            digits[index] = UInt8(ascii: "0") + UInt8(rest % 10)
-            rest /= 10
+        var divisor: Int64 = 1
+        for _ in 1..<width { divisor *= 10 }
+        var rest = value % (divisor * 10)
+        while divisor > 0 {
+            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
         }
-        out.append(contentsOf: digits)
     }
 
     private struct Scanner {
-        let bytes: [UInt8]
-        var index = 0
-        init(_ bytes: [UInt8]) { self.bytes = bytes }
+        let bytes: ArraySlice<UInt8>
+        var index: Int
+        init(_ bytes: ArraySlice<UInt8>) {
+            self.bytes = bytes
+            index = bytes.startIndex
+        }
 
-        var atEnd: Bool { index == bytes.count }
+        var atEnd: Bool { index == bytes.endIndex }
 
         mutating func skip(_ character: Unicode.Scalar) -> Bool {
-            guard index < bytes.count, bytes[index] == UInt8(ascii: character) else { return false }
+            guard index < bytes.endIndex, bytes[index] == UInt8(ascii: character) else { return false }
             index += 1
             return true
         }
 
         mutating func digit() -> Int? {
-            guard index < bytes.count, (48...57).contains(bytes[index]) else { return nil }
+            guard index < bytes.endIndex, (48...57).contains(bytes[index]) else { return nil }
             defer { index += 1 }
             return Int(bytes[index] - 48)
         }

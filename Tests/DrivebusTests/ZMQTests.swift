@@ -2,10 +2,26 @@ import DrivebusKit
 import Foundation
 import Testing
 
+/// Messages one by one from a subscription's batches.
+struct Messages {
+    var batches: AsyncStream<[ZMQMessage]>.AsyncIterator
+    var pending: [ZMQMessage] = []
+
+    init(_ stream: AsyncStream<[ZMQMessage]>) { batches = stream.makeAsyncIterator() }
+
+    mutating func next() async -> ZMQMessage? {
+        while pending.isEmpty {
+            guard let batch = await batches.next() else { return nil }
+            pending = batch.reversed()
+        }
+        return pending.removeLast()
+    }
+}
+
 @Suite struct ZMQTests {
     /// Publishes `probe` until the subscriber has it: a SUB only receives once its subscription
     /// has reached the PUB ("slow joiner").
-    func waitUntilJoined(_ loop: ZMQLoop, _ pub: ZMQLoop.SocketID, _ iterator: inout AsyncStream<ZMQMessage>.AsyncIterator, topic: String) async {
+    func waitUntilJoined(_ loop: ZMQLoop, _ pub: ZMQLoop.SocketID, _ iterator: inout Messages, topic: String) async {
         let probe = Task {
             while !Task.isCancelled {
                 loop.send([Array(topic.utf8), Array("probe".utf8)], on: pub)
@@ -23,7 +39,7 @@ import Testing
         let publisherLoop = ZMQLoop(name: "pub")
         let subscriberLoop = ZMQLoop(name: "sub")
         let pub = try await publisherLoop.openSocket(.pub, bind: endpoint, highWaterMark: 0)
-        var messages = try await subscriberLoop.subscribe(endpoint, prefixes: ["probe", "fix."]).makeAsyncIterator()
+        var messages = Messages(try await subscriberLoop.subscribe(endpoint, prefixes: ["probe", "fix."]))
         await waitUntilJoined(publisherLoop, pub, &messages, topic: "probe")
         // Drain probes still in flight by sending a marker after them.
         publisherLoop.send([Array("fix.marker".utf8), []], on: pub)
@@ -50,7 +66,7 @@ import Testing
         let endpoint = ZMQEndpoint("ipc://\(dir.path)/big")
         let loop = ZMQLoop(name: "big")
         let pub = try await loop.openSocket(.pub, bind: endpoint, highWaterMark: 0)
-        var messages = try await loop.subscribe(endpoint, prefixes: ["big", "probe"]).makeAsyncIterator()
+        var messages = Messages(try await loop.subscribe(endpoint, prefixes: ["big", "probe"]))
         await waitUntilJoined(loop, pub, &messages, topic: "probe")
         let payload = (0..<(4 << 20)).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         loop.send([Array("big".utf8), payload], on: pub)

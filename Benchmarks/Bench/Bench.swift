@@ -1,0 +1,21 @@
+import ArgumentParser
+import Foundation
+
+@main
+struct Bench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "drivebus-bench",
+        abstract: "drivebus benchmarks. Build with -c release; each prints one JSON line per case.",
+        subcommands: [BusBench.self, CodecBench.self]
+    )
+}
+
+/// One result line: `{"name": …, "msgs_per_s": …, …}`.
+func report(_ fields: [String: Any]) {
+    let data = try! JSONSerialization.data(withJSONObject: fields, options: [.sortedKeys])
+    FileHandle.standardOutput.write(data + Data("\n".utf8))
+}
+
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}

@@ -1,0 +1,208 @@
+import ArgumentParser
+import CZMQ
+import DrivebusKit
+import Foundation
+import Synchronization
+
+/// `drivebus-bench bus`: one PUB bound to an ipc socket, one SUB connected to it, ~200-byte
+/// messages, measured three ways in the same run so the ratios compare like with like:
+/// - `raw`: libzmq's C API directly (zmq_send, zmq_msg_recv);
+/// - `wrapper`: the same through `ZMQSocket`;
+/// - `envelope`: full `Fix` envelopes the way services move them: `Publisher` encodes and queues
+///   to its I/O thread, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
+///   consumer decodes header and `Fix`.
+struct BusBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "bus", abstract: "Measure the bus: raw libzmq, the Swift wrapper, full envelopes.")
+
+    @Option(help: "Messages per raw and wrapper case.")
+    var messages = 1_000_000
+
+    @Option(help: "Messages in the envelope case.")
+    var envelopes = 200_000
+
+    @Option(help: "Repetitions of each case; the best is reported.")
+    var runs = 3
+
+    func run() async throws {
+        let directory = FileManager.default.temporaryDirectory.path + "/drivebus-bench-\(getpid())"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let payload = [UInt8](repeating: UInt8(ascii: "x"), count: 200)
+
+        var raw = 0.0, wrapper = 0.0, envelope = 0.0
+        for run in 0..<runs {
+            raw = max(raw, rawCase(endpoint: "ipc://\(directory)/raw\(run)", payload: payload))
+            wrapper = max(wrapper, try wrapperCase(endpoint: "ipc://\(directory)/wrapper\(run)", payload: payload))
+            envelope = max(envelope, try await envelopeCase(endpoint: "ipc://\(directory)/envelope\(run)"))
+        }
+        report(["name": "raw", "msgs_per_s": Int(raw), "bytes": payload.count, "messages": messages])
+        report(["name": "wrapper", "msgs_per_s": Int(wrapper), "bytes": payload.count, "messages": messages, "ratio_to_raw": (wrapper / raw * 100).rounded() / 100])
+        report(["name": "envelope", "msgs_per_s": Int(envelope), "messages": envelopes, "ratio_to_raw": (envelope / raw * 100).rounded() / 100])
+    }
+
+    // MARK: raw libzmq
+
+    private func rawCase(endpoint: String, payload: [UInt8]) -> Double {
+        let context = zmq_ctx_new()!
+        defer { zmq_ctx_term(context) }
+        // Handed between threads only across the joins in `measure`, which are full barriers.
+        nonisolated(unsafe) let pub = zmq_socket(context, ZMQ_PUB)!
+        nonisolated(unsafe) let sub = zmq_socket(context, ZMQ_SUB)!
+        var zero: Int32 = 0
+        for socket in [pub, sub] {
+            zmq_setsockopt(socket, ZMQ_LINGER, &zero, 4)
+            zmq_setsockopt(socket, ZMQ_SNDHWM, &zero, 4)
+            zmq_setsockopt(socket, ZMQ_RCVHWM, &zero, 4)
+        }
+        zmq_setsockopt(sub, ZMQ_SUBSCRIBE, "", 0)
+        zmq_bind(pub, endpoint)
+        zmq_connect(sub, endpoint)
+        let count = messages
+        return measure(
+            join: {
+                payload.withUnsafeBytes { _ = zmq_send(pub, $0.baseAddress, $0.count, ZMQ_DONTWAIT) }
+            },
+            joined: {
+                var message = zmq_msg_t()
+                zmq_msg_init(&message)
+                defer { zmq_msg_close(&message) }
+                return zmq_msg_recv(&message, sub, ZMQ_DONTWAIT) >= 0
+            },
+            send: {
+                payload.withUnsafeBytes { bytes in
+                    for _ in 0..<count { zmq_send(pub, bytes.baseAddress, bytes.count, 0) }
+                }
+            },
+            receive: {
+                var message = zmq_msg_t()
+                zmq_msg_init(&message)
+                defer { zmq_msg_close(&message) }
+                var bytes = 0
+                for _ in 0..<count {
+                    zmq_msg_recv(&message, sub, 0)
+                    bytes &+= zmq_msg_size(&message)
+                }
+                precondition(bytes == count * payload.count)
+            },
+            cleanup: {
+                zmq_close(pub)
+                zmq_close(sub)
+            }
+        )
+    }
+
+    // MARK: the wrapper
+
+    private func wrapperCase(endpoint: String, payload: [UInt8]) throws -> Double {
+        let context = ZMQContext()
+        let pub = try ZMQSocket(context, .pub)
+        let sub = try ZMQSocket(context, .sub)
+        try pub.setHighWaterMarks(send: 0, receive: 0)
+        try sub.setHighWaterMarks(send: 0, receive: 0)
+        try sub.subscribe("")
+        try pub.bind(endpoint)
+        try sub.connect(endpoint)
+        let count = messages
+        // The sockets move between threads only across the joins in `measure`, which are full
+        // barriers, as libzmq requires.
+        nonisolated(unsafe) let pubSocket = pub
+        nonisolated(unsafe) let subSocket = sub
+        return measure(
+            join: { payload.withUnsafeBytes { _ = try? pubSocket.send(frame: $0, more: false) } },
+            joined: { ((try? subSocket.receive(dontWait: true)) ?? nil) != nil },
+            send: {
+                payload.withUnsafeBytes { bytes in
+                    for _ in 0..<count { _ = try? pubSocket.send(frame: bytes, more: false, dontWait: false) }
+                }
+            },
+            receive: {
+                var bytes = 0
+                for _ in 0..<count {
+                    _ = try? subSocket.receive(dontWait: false) { (_, frame: UnsafeRawBufferPointer) in bytes &+= frame.count }
+                }
+                precondition(bytes == count * payload.count)
+            },
+            cleanup: {
+                pubSocket.close()
+                subSocket.close()
+            }
+        )
+    }
+
+    /// Runs sender and receiver on two threads of their own once the subscription is live, and
+    /// returns messages per second from the first send to the last receive.
+    private func measure(
+        join: @escaping () -> Void, joined: @escaping () -> Bool,
+        send: @escaping @Sendable () -> Void, receive: @escaping @Sendable () -> Void, cleanup: () -> Void
+    ) -> Double {
+        // A SUB receives only once its subscription has reached the PUB.
+        while true {
+            join()
+            usleep(1000)
+            if joined() { break }
+        }
+        while joined() {}
+        let done = DispatchSemaphore(value: 0)
+        let started = ContinuousClock.now
+        Thread { receive(); done.signal() }.start()
+        Thread { send() }.start()
+        done.wait()
+        let elapsed = seconds(started.duration(to: .now))
+        cleanup()
+        return Double(messages) / elapsed
+    }
+
+    // MARK: full envelopes
+
+    private func envelopeCase(endpoint: String) async throws -> Double {
+        let publisherLoop = ZMQLoop(name: "bench-pub")
+        let subscriberLoop = ZMQLoop(name: "bench-sub")
+        let socket = try await publisherLoop.openSocket(.pub, bind: ZMQEndpoint(endpoint), highWaterMark: 0)
+        let publisher = Publisher(source: "ingest", loop: publisherLoop, socket: socket)
+        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        var messages = BusSubscription(batches: batches).makeAsyncIterator()
+        let probing = Task {
+            while !Task.isCancelled {
+                _ = try? publisher.publish("probe", payload: RPCEmpty())
+                try? await Task.sleep(for: .milliseconds(1))
+            }
+        }
+        _ = await messages.next()
+        probing.cancel()
+        _ = await probing.value
+        publisher.publishMarker()
+        while let message = await messages.next(), message.topic != "fix.marker" {}
+
+        let count = envelopes
+        let start = Date(timeIntervalSince1970: 1_763_700_000)
+        let started = ContinuousClock.now
+        let sending = Task.detached {
+            for index in 0..<count {
+                let fix = Fix(
+                    seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)),
+                    lat: 48.208_2 + Double(index) * 1e-6, lon: 16.373_8, accuracyM: 5, altitudeM: 180.5,
+                    speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
+                try publisher.publish("fix", device: "car", payload: fix)
+            }
+        }
+        var received = 0
+        var checksum: UInt64 = 0
+        while received < count, let message = await messages.next() {
+            let fix = try message.decode(Fix.self)
+            checksum &+= fix.seq ?? 0
+            received += 1
+        }
+        let elapsed = seconds(started.duration(to: .now))
+        try await sending.value
+        precondition(checksum == UInt64(count) * UInt64(count + 1) / 2, "envelopes were lost or reordered")
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
+        return Double(count) / elapsed
+    }
+}
+
+extension Publisher {
+    fileprivate func publishMarker() {
+        _ = try? publish("fix", device: "marker", payload: RPCEmpty())
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+
+extension EnvelopeHeader: FastJSONDecodable {
+    public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
+        var v: Int?, id: String?, type: String?, source: String?, seq: UInt64?, epoch: String?, time: Date?
+        try reader.readObject { (reader: inout JSONReader, key: String) throws(JSONReader.Failure) in
+            switch key {
+            case "v": v = try reader.readInt()
+            case "id": id = try reader.readString()
+            case "type": type = try reader.readString()
+            case "source": source = try reader.readString()
+            case "seq": seq = try reader.readUInt64()
+            case "epoch": epoch = try reader.readString()
+            case "time": time = try reader.readDate()
+            default: try reader.skipValue()
+            }
+        }
+        func required<T>(_ value: T?, _ name: String) throws(JSONReader.Failure) -> T {
+            guard let value else { throw JSONReader.Failure(field: name, reason: "is required") }
+            return value
+        }
+        self.init(
+            id: try required(id, "id"), type: try required(type, "type"), source: try required(source, "source"),
+            seq: try required(seq, "seq"), epoch: try required(epoch, "epoch"), time: try required(time, "time"))
+        self.v = try required(v, "v")
+    }
+}
+
+extension Fix: FastJSONEncodable, FastJSONDecodable {
+    public func writeJSON(to writer: inout JSONWriter) {
+        writer.beginObject()
+        if let accuracyM { writer.key("accuracy_m"); writer.number(accuracyM) }
+        if let altitudeM { writer.key("altitude_m"); writer.number(altitudeM) }
+        if let battery { writer.key("battery"); writer.number(battery) }
+        if let courseDeg { writer.key("course_deg"); writer.number(courseDeg) }
+        writer.key("device"); writer.string(device)
+        writer.key("lat"); writer.number(lat)
+        writer.key("lon"); writer.number(lon)
+        if let meta { writer.key("meta"); writer.stringMap(meta) }
+        if let seq { writer.key("seq"); writer.number(seq) }
+        writer.key("source"); writer.string(source.rawValue)
+        if let speedMps { writer.key("speed_mps"); writer.number(speedMps) }
+        writer.key("time"); writer.date(time)
+        writer.endObject()
+    }
+
+    public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
+        var seq: UInt64?, device: String?, time: Date?, lat: Double?, lon: Double?, source: FixSource?
+        var accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, battery: Double?
+        var meta: [String: String]?
+        try reader.readObject { (reader: inout JSONReader, key: String) throws(JSONReader.Failure) in
+            if reader.readNull() { return }
+            switch key {
+            case "seq": seq = try reader.readUInt64()
+            case "device": device = try reader.readString()
+            case "time": time = try reader.readDate()
+            case "lat": lat = try reader.readDouble()
+            case "lon": lon = try reader.readDouble()
+            case "accuracy_m": accuracyM = try reader.readDouble()
+            case "altitude_m": altitudeM = try reader.readDouble()
+            case "speed_mps": speedMps = try reader.readDouble()
+            case "course_deg": courseDeg = try reader.readDouble()
+            case "battery": battery = try reader.readDouble()
+            case "meta": meta = try reader.readStringMap()
+            case "source":
+                let name = try reader.readString()
+                guard let known = FixSource(rawValue: name) else { throw reader.failure("unknown source \"\(name)\"") }
+                source = known
+            default: try reader.skipValue()
+            }
+        }
+        guard let device else { throw JSONReader.Failure(field: "device", reason: "is required") }
+        guard let time else { throw JSONReader.Failure(field: "time", reason: "is required") }
+        guard let lat else { throw JSONReader.Failure(field: "lat", reason: "is required") }
+        guard let lon else { throw JSONReader.Failure(field: "lon", reason: "is required") }
+        guard let source else { throw JSONReader.Failure(field: "source", reason: "is required") }
+        self.init(
+            seq: seq, device: device, time: time, lat: lat, lon: lon, accuracyM: accuracyM, altitudeM: altitudeM,
+            speedMps: speedMps, courseDeg: courseDeg, battery: battery, source: source, meta: meta)
+    }
+}
+
+/// Event ids shaped as UUIDs (version 8, RFC 9562): 60 bits that identify the publisher's run,
+/// and 62 bits of its `seq`. Unique without a random draw per message.
+public enum EventID {
+    public static func make(run: UInt64, seq: UInt64) -> String {
+        let high = (run & ~0xF000) | 0x8000  // version 8 in bits 48–51 of the first half
+        let low = (seq & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000  // variant 10
+        var hex = [UInt8]()
+        hex.reserveCapacity(36)
+        let digits = Array("0123456789abcdef".utf8)
+        for (value, groups) in [(high, [8, 4, 4]), (low, [4, 12])] {
+            var shift = 64
+            for group in groups {
+                if !hex.isEmpty { hex.append(UInt8(ascii: "-")) }
+                for _ in 0..<group {
+                    shift -= 4
+                    hex.append(digits[Int((value >> UInt64(shift)) & 0xF)])
+                }
+            }
+        }
+        return String(decoding: hex, as: UTF8.self)
+    }
+}
