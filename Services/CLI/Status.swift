@@ -42,6 +42,9 @@ struct Status: AsyncParsableCommand {
                 if health.status != "ok" { healthy = false }
                 let seqs = health.lastSeq.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
                 return [service.rawValue, health.status, String(health.pid), Self.uptime(health.uptimeS), String(health.publishedSeq), seqs.isEmpty ? "-" : seqs]
+            case .failure(let error as ZMQError) where error.errno == ETIMEDOUT:
+                healthy = false
+                return [service.rawValue, "down", "-", "-", "-", "no answer within \(timeout) s at \(error.endpoint ?? "?")"]
             case .failure(let error):
                 healthy = false
                 return [service.rawValue, "down", "-", "-", "-", "\(error)"]

@@ -50,6 +50,7 @@ public struct ZMQError: Error, Sendable, Equatable, CustomStringConvertible {
         case ENOTSOCK: "ENOTSOCK"
         case ENOMEM: "ENOMEM"
         case EAGAIN: "EAGAIN"
+        case ETIMEDOUT: "ETIMEDOUT"
         default: "E\(errno)"
         }
     }

@@ -70,6 +70,18 @@ import Testing
         #expect(message?.contains("\n") == false)
     }
 
+    @Test func theShippedExampleConfigIsValid() throws {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../../deploy/drivebus.example.yaml")
+        let config = try DrivebusConfig.parse(yaml: try String(contentsOf: example, encoding: .utf8), workingDirectory: "/srv")
+        #expect(config.stateDir == "/srv/var")
+        #expect(config.devices.map(\.id) == ["car", "taxi-phone"])
+        #expect(config == {
+            var expected = DrivebusConfig.defaults(workingDirectory: "/srv")
+            expected.devices = config.devices
+            return expected
+        }(), "the example documents the defaults")
+    }
+
     @Test func tokensNeverAppearInErrors() {
         let message = error("devices: [{id: a, token: hunter2-secret}, {id: b, token: hunter2-secret}]")
         #expect(message != nil)
