@@ -5,13 +5,15 @@ import PackageDescription
 // own library targets as their issues fill them in, so each can be tested without sockets.
 let services = ["ingest", "trips", "geofence", "checkout", "scorer", "stats"]
 
-func serviceExecutable(_ name: String) -> Target {
+func serviceExecutable(_ name: String, _ dependencies: [Target.Dependency] = []) -> Target {
     .executableTarget(
         name: "drivebus-\(name)",
-        dependencies: ["DrivebusKit"],
+        dependencies: ["DrivebusKit"] + dependencies,
         path: "Services/\(name.prefix(1).uppercased() + name.dropFirst())/App"
     )
 }
+
+let hummingbird = Target.Dependency.product(name: "Hummingbird", package: "hummingbird")
 
 let package = Package(
     name: "drivebus",
@@ -26,6 +28,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/jpsim/Yams", from: "6.2.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.28.1"),
     ],
     targets: [
         .systemLibrary(
@@ -49,12 +52,14 @@ let package = Package(
             path: "Shared/Kit"
         ),
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit"], path: "Services/Bus"),
-        .executableTarget(name: "drivebus", dependencies: ["DrivebusKit"], path: "Services/CLI"),
+        .executableTarget(name: "drivebus", dependencies: ["DrivebusKit", "IngestCore"], path: "Services/CLI"),
         .executableTarget(
             name: "drivebus-bench",
             dependencies: ["DrivebusKit", "CZMQ", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
-        .testTarget(name: "DrivebusTests", dependencies: ["DrivebusKit"], path: "Tests/DrivebusTests"),
-    ] + services.map(serviceExecutable)
+        .target(name: "IngestCore", dependencies: ["DrivebusKit"], path: "Services/Ingest/Core"),
+        serviceExecutable("ingest", ["IngestCore", hummingbird, .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]),
+        .testTarget(name: "DrivebusTests", dependencies: ["DrivebusKit", "IngestCore"], path: "Tests/DrivebusTests"),
+    ] + ["trips", "geofence", "checkout", "scorer", "stats"].map { serviceExecutable($0) }
 )

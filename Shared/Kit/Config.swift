@@ -42,6 +42,13 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var allowIDAuth: Bool
         /// The device's home zone, for time-away statistics.
         public var home: String?
+
+        public init(id: String, token: String?, allowIDAuth: Bool = false, home: String? = nil) {
+            self.id = id
+            self.token = token
+            self.allowIDAuth = allowIDAuth
+            self.home = home
+        }
     }
 
     public struct Listen: Sendable, Equatable, CustomStringConvertible {

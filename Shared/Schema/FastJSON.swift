@@ -244,24 +244,42 @@ public struct JSONReader {
         switch bytes[index] {
         case UInt8(ascii: "\""): _ = try readString()
         case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: String) throws(Failure) in try reader.skipValue() }
-        case UInt8(ascii: "["):
-            index += 1
-            skipSpace()
-            if peek() == UInt8(ascii: "]") { index += 1; return }
-            while true {
-                try skipValue()
-                skipSpace()
-                guard index < bytes.count else { throw failure("unterminated array") }
-                let next = bytes[index]
-                index += 1
-                if next == UInt8(ascii: "]") { return }
-                guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in array") }
-            }
+        case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue() }
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
         default: _ = try readDouble()
         }
+    }
+
+    /// Reads an array, calling `element` with the reader positioned at each element.
+    public mutating func readArray(_ element: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
+        try expect(UInt8(ascii: "["))
+        skipSpace()
+        if peek() == UInt8(ascii: "]") { index += 1; return }
+        while true {
+            try element(&self)
+            skipSpace()
+            guard index < bytes.count else { throw failure("unterminated array") }
+            let next = bytes[index]
+            index += 1
+            if next == UInt8(ascii: "]") { return }
+            guard next == UInt8(ascii: ",") else { throw failure("expected , or ] in array") }
+        }
+    }
+
+    public mutating func readBool() throws(Failure) -> Bool {
+        switch peekNonSpace() {
+        case UInt8(ascii: "t"): try literal("true"); return true
+        case UInt8(ascii: "f"): try literal("false"); return false
+        default: throw failure("expected true or false")
+        }
+    }
+
+    /// The next byte that is not whitespace, without consuming it.
+    public mutating func peekNonSpace() -> UInt8? {
+        skipSpace()
+        return peek()
     }
 
     /// Checks that nothing but whitespace follows the document.
@@ -312,5 +330,52 @@ public struct JSONReader {
             guard after < rest.endIndex, (48...57).contains(rest[after]) else { return false }
         }
         return true
+    }
+}
+
+/// A parsed JSON document, for payloads whose shape varies (the phone apps'). Numbers are read
+/// with `strtod`, exactly; Foundation's `JSONSerialization` on Linux can be off by an ulp.
+public enum JSONValue: Sendable, Equatable {
+    case object([String: JSONValue])
+    case array([JSONValue])
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+    case null
+
+    public static func parse(_ bytes: [UInt8]) throws(JSONReader.Failure) -> JSONValue {
+        var reader = JSONReader(bytes)
+        let value = try reader.readValue()
+        try reader.finish()
+        return value
+    }
+}
+
+extension JSONReader {
+    public mutating func readValue(depth: Int = 0) throws(Failure) -> JSONValue {
+        guard depth < 64 else { throw failure("nested too deeply") }
+        switch peekNonSpace() {
+        case UInt8(ascii: "{"):
+            var object: [String: JSONValue] = [:]
+            try readObject { (reader: inout JSONReader, key: String) throws(Failure) in
+                object[key] = try reader.readValue(depth: depth + 1)
+            }
+            return .object(object)
+        case UInt8(ascii: "["):
+            var array: [JSONValue] = []
+            try readArray { (reader: inout JSONReader) throws(Failure) in array.append(try reader.readValue(depth: depth + 1)) }
+            return .array(array)
+        case UInt8(ascii: "\""):
+            return .string(try readString())
+        case UInt8(ascii: "t"), UInt8(ascii: "f"):
+            return .bool(try readBool())
+        case UInt8(ascii: "n"):
+            guard readNull() else { throw failure("invalid literal") }
+            return .null
+        case nil:
+            throw failure("unexpected end")
+        default:
+            return .number(try readDouble())
+        }
     }
 }

@@ -1,0 +1,104 @@
+import DrivebusKit
+import Foundation
+import IngestCore
+
+/// `replay`, `publish` and `import_finished` on `ipc://RUN/ingest.rpc`.
+struct IngestRPC {
+    let handler: IngestHandler
+    let journal: Journal
+
+    struct ReplayRequest: Decodable, Sendable {
+        var fromSeq: UInt64
+        var limit: Int?
+        enum CodingKeys: String, CodingKey {
+            case fromSeq = "from_seq"
+            case limit
+        }
+    }
+
+    struct PublishRequest: Decodable, Sendable {
+        var device: String
+    }
+
+    struct PublishReply: Codable, Sendable {
+        var accepted: Int
+        var duplicates: Int
+        var lastSeq: UInt64
+        enum CodingKeys: String, CodingKey {
+            case accepted, duplicates
+            case lastSeq = "last_seq"
+        }
+    }
+
+    struct ImportFinishedRequest: Decodable, Sendable {
+        var device: String
+        var file: String
+        var fixes: Int
+    }
+
+    static let maxReplay = 10_000
+
+    var handlers: [String: RPCHandler] {
+        let journal = journal, handler = handler
+        return [
+            // The reply is built by hand: each payload is already JSON and goes in as it is.
+            "replay": { body in
+                guard let request = try? BusJSON.decode(ReplayRequest.self, from: body) else {
+                    return Self.failure(.badRequest("replay needs from_seq (an integer from 1) and an optional limit"))
+                }
+                let limit = min(max(request.limit ?? 1000, 1), Self.maxReplay)
+                let entries: [Journal.Entry]
+                do {
+                    entries = try await Self.offPool { try journal.replay(fromSeq: max(request.fromSeq, 1), limit: limit) }
+                } catch {
+                    return Self.failure(.init(code: "ingest.journal_io", message: String(describing: error)))
+                }
+                var out = Array(#"{"ok":true,"last_seq":\#(journal.lastSeq),"messages":["#.utf8)
+                for (index, entry) in entries.enumerated() {
+                    if index > 0 { out.append(UInt8(ascii: ",")) }
+                    out += Array(#"{"seq":\#(entry.seq),"topic":"\#(entry.topic)","payload":"#.utf8) + entry.payload + [UInt8(ascii: "}")]
+                }
+                out += Array("]}".utf8)
+                return out
+            },
+            "publish": { body in
+                guard let request = try? BusJSON.decode(PublishRequest.self, from: body) else {
+                    return Self.failure(.badRequest("publish needs device and fixes"))
+                }
+                do {
+                    let summary = try await handler.publishLocal(device: request.device, body: body)
+                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
+                } catch let error as IngestError {
+                    return Self.failure(.init(code: error.code, message: error.message))
+                } catch {
+                    return Self.failure(.init(code: "ingest.internal", message: String(describing: error)))
+                }
+            },
+            "import_finished": RPC.handler(ImportFinishedRequest.self) { (request: ImportFinishedRequest) throws(RPCErrorBody) -> PublishReply in
+                do {
+                    let seq = try await handler.finishImport(device: request.device, file: request.file, fixes: request.fixes)
+                    return PublishReply(accepted: 1, duplicates: 0, lastSeq: seq)
+                } catch let error as IngestError {
+                    throw RPCErrorBody(code: error.code, message: error.message)
+                } catch {
+                    throw RPCErrorBody(code: "ingest.internal", message: String(describing: error))
+                }
+            },
+        ]
+    }
+
+    static func success<T: Codable & Sendable>(_ value: T) -> [UInt8] {
+        (try? BusJSON.encode(RPCReply.success(value))) ?? []
+    }
+
+    static func failure(_ error: RPCErrorBody) -> [UInt8] {
+        (try? BusJSON.encode(RPCReply<RPCEmpty>.failure(error))) ?? []
+    }
+
+    /// Runs blocking file reads on a thread of their own, not the cooperative pool.
+    static func offPool<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try work() }) }.start()
+        }
+    }
+}

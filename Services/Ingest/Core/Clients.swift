@@ -1,0 +1,285 @@
+import DrivebusKit
+import Foundation
+
+/// What one request carries, once parsed: records for the journal, and the client's own label
+/// for its device (Traccar's `id`), which matters only for id-authenticated clients. Until the
+/// request is authenticated its records carry the device "-".
+struct Parsed {
+    var records: [JournalRecord] = []
+    var clientID: (field: String, value: String)?
+}
+
+/// Turns each phone app's payload into journal records. Pure: no I/O, no clock but `normalizer.now`.
+struct ClientParsers: Sendable {
+    let normalizer: Normalizer
+
+    // MARK: OwnTracks (HTTP mode)
+
+    func ownTracks(_ body: [UInt8], device: String, headers: [String: String]) throws -> [JournalRecord] {
+        // A zero-length POST is legal and means nothing.
+        if body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) { return [] }
+        let json = try JSONFields.parse(body)
+        var messages = [json]
+        var isList = false
+        if case .array(let items) = json {
+            messages = items
+            isList = true
+        }
+        var records: [JournalRecord] = []
+        for (index, message) in messages.enumerated() {
+            let fields = try JSONFields.object(message, path: isList ? "[\(index)]" : "")
+            switch try fields.string("_type") {
+            case "location":
+                records.append(JournalRecord(.fix(try ownTracksFix(fields, device: device, headers: headers))))
+            case "transition":
+                records.append(JournalRecord(.transition(try ownTracksTransition(fields, device: device))))
+            case nil:
+                throw IngestError.invalid(fields.name("_type"), "is required (location, transition, waypoint, lwt, card…)")
+            default:
+                continue  // waypoint, lwt, card, cmd…: not fixes, nothing to keep.
+            }
+        }
+        return records
+    }
+
+    private func ownTracksFix(_ fields: JSONFields, device: String, headers: [String: String]) throws -> Fix {
+        guard let time = try fields.time("tst") else { throw IngestError.invalid(fields.name("tst"), "is required") }
+        var meta: [String: String] = [:]
+        if let tid = try fields.string("tid") { meta["tid"] = tid }
+        if let topic = try fields.string("topic") { meta["topic"] = topic }
+        if let label = headers["x-limit-d"] { meta["x_limit_d"] = label }
+        var raw = RawFix(time: time, lat: try fields.requiredDouble("lat"), lon: try fields.requiredDouble("lon"), meta: meta)
+        raw.accuracyM = try fields.double("acc")
+        raw.altitudeM = try fields.double("alt")
+        raw.speedMps = try fields.double("vel").map { .init(value: $0.value / 3.6, field: $0.field) }  // km/h
+        raw.courseDeg = try fields.double("cog")
+        raw.battery = try fields.double("batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        return try normalizer.fix(raw, device: device, source: .owntracks)
+    }
+
+    private func ownTracksTransition(_ fields: JSONFields, device: String) throws -> ClientTransition {
+        guard let time = try fields.time("tst") else { throw IngestError.invalid(fields.name("tst"), "is required") }
+        try normalizer.checkTime(time.value, field: time.field)
+        guard let event = try fields.string("event"), ["enter", "leave"].contains(event) else {
+            throw IngestError.invalid(fields.name("event"), "expected enter or leave")
+        }
+        let lat = try fields.double("lat")
+        let lon = try fields.double("lon")
+        if let lat, !(lat.value.isFinite && (-90...90).contains(lat.value)) { throw IngestError.invalid(lat.field, "latitude must be from -90 to 90") }
+        if let lon, !(lon.value.isFinite && (-180...180).contains(lon.value)) { throw IngestError.invalid(lon.field, "longitude must be from -180 to 180") }
+        let accuracy = try fields.double("acc").map(\.value).flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
+        return ClientTransition(
+            device: device, time: Normalizer.milliseconds(time.value), event: event, region: try fields.string("desc") ?? fields.string("rid"),
+            lat: lat?.value, lon: lon?.value, accuracyM: accuracy, source: .owntracks)
+    }
+
+    // MARK: Overland
+
+    func overland(_ body: [UInt8], device: String) throws -> [JournalRecord] {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let locations = try root.array("locations") else { throw IngestError.invalid("locations", "is required") }
+        guard locations.count <= Normalizer.maxBatch else {
+            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) locations, got \(locations.count)", field: "locations")
+        }
+        var records: [JournalRecord] = []
+        var samples: [MotionSample] = []
+        records.reserveCapacity(locations.count)
+        for (index, item) in locations.enumerated() {
+            let feature = try JSONFields.object(item, path: "locations[\(index)]")
+            // Records without a geometry (`action: will_terminate`…) are app events, not fixes.
+            guard let geometry = try feature.child("geometry") else { continue }
+            let properties = try feature.child("properties") ?? JSONFields([:], path: feature.name("properties"))
+            guard let coordinates = try geometry.array("coordinates"), coordinates.count >= 2 else {
+                throw IngestError.invalid(geometry.name("coordinates"), "expected [longitude, latitude]")
+            }
+            let position = JSONFields(["lon": coordinates[0], "lat": coordinates[1]], path: geometry.name("coordinates"))
+            guard let time = try properties.time("timestamp") else { throw IngestError.invalid(properties.name("timestamp"), "is required") }
+            var meta: [String: String] = [:]
+            if let label = try properties.string("device_id"), !label.isEmpty { meta["device_id"] = label }
+            var raw = RawFix(
+                time: time,
+                lat: .init(value: try position.requiredDouble("lat").value, field: geometry.name("coordinates[1]")),
+                lon: .init(value: try position.requiredDouble("lon").value, field: geometry.name("coordinates[0]")),
+                meta: meta)
+            raw.accuracyM = try properties.double("horizontal_accuracy")
+            raw.altitudeM = try properties.double("altitude")
+            raw.speedMps = try properties.double("speed")
+            raw.courseDeg = try properties.double("course")
+            raw.battery = try properties.double("battery_level")
+            let fix = try normalizer.fix(raw, device: device, source: .overland)
+            records.append(JournalRecord(.fix(fix)))
+            if let motion = try properties.array("motion") {
+                let names = motion.compactMap { value -> String? in if case .string(let name) = value { name } else { nil } }
+                samples.append(MotionSample(device: device, start: fix.time, activity: Self.overlandActivity(names), confidence: .medium, source: .overland))
+            }
+        }
+        return records + samples.map { JournalRecord(.motion($0)) }
+    }
+
+    /// Overland lists every activity iOS reports at once (`["driving", "stationary"]` at a light):
+    /// the most specific one wins.
+    static func overlandActivity(_ names: [String]) -> MotionSample.Activity {
+        for (name, activity) in [("driving", MotionSample.Activity.automotive), ("cycling", .cycling), ("running", .running), ("walking", .walking), ("stationary", .stationary)]
+        where names.contains(name) {
+            return activity
+        }
+        return .unknown
+    }
+
+    // MARK: Traccar Client / OsmAnd
+
+    func osmand(parameters: Parameters, body: [UInt8], isJSON: Bool) throws -> Parsed {
+        if isJSON { return try traccarJSON(body) }
+        var parsed = Parsed()
+        parsed.clientID = parameters.first("id", "deviceid").map { (field: $0.name, value: $0.value) }
+        var latitude = try parameters.first("lat").map { RawFix.Value(value: try Normalizer.number($0.value, field: $0.name), field: $0.name) }
+        var longitude = try parameters.first("lon").map { RawFix.Value(value: try Normalizer.number($0.value, field: $0.name), field: $0.name) }
+        if let location = parameters["location"] {
+            let parts = location.split(separator: ",")
+            guard parts.count == 2 else { throw IngestError.invalid("location", "expected latitude,longitude, got \"\(location)\"") }
+            latitude = .init(value: try Normalizer.number(String(parts[0]), field: "location"), field: "location")
+            longitude = .init(value: try Normalizer.number(String(parts[1]), field: "location"), field: "location")
+        }
+        // Cell- or wifi-only reports carry no position: acknowledged, nothing stored.
+        guard let latitude, let longitude else { return parsed }
+        let time = try parameters.first("timestamp").map { RawFix.Value(value: try Normalizer.parseTime($0.value, field: $0.name), field: $0.name) }
+            ?? .init(value: normalizer.now(), field: "timestamp")
+        var raw = RawFix(time: time, lat: latitude, lon: longitude)
+        func number(_ names: String...) throws -> RawFix.Value<Double>? {
+            for name in names {
+                if let text = parameters[name], !text.isEmpty { return .init(value: try Normalizer.number(text, field: name), field: name) }
+            }
+            return nil
+        }
+        raw.speedMps = try number("speed").map { .init(value: $0.value * 0.514_444, field: $0.field) }  // knots
+        raw.courseDeg = try number("bearing", "heading")
+        raw.altitudeM = try number("altitude")
+        raw.accuracyM = try number("accuracy", "hacc")
+        raw.battery = try number("batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        if let id = parsed.clientID { raw.meta["id"] = id.value }
+        parsed.records = [JournalRecord(.fix(try normalizer.fix(raw, device: "-", source: .osmand)))]
+        return parsed
+    }
+
+    /// Traccar Client 9+: `{"device_id", "location": {"timestamp", "coords": {…}, "activity", "battery"}}`.
+    private func traccarJSON(_ body: [UInt8]) throws -> Parsed {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        var parsed = Parsed()
+        if let id = try root.string("device_id") { parsed.clientID = ("device_id", id) }
+        guard let location = try root.child("location"), let coords = try location.child("coords") else { return parsed }
+        guard let time = try location.time("timestamp") else { throw IngestError.invalid(location.name("timestamp"), "is required") }
+        var raw = RawFix(time: time, lat: try coords.requiredDouble("latitude"), lon: try coords.requiredDouble("longitude"))
+        raw.speedMps = try coords.double("speed")  // m/s here, unlike the query form's knots
+        raw.courseDeg = try coords.double("heading")
+        raw.altitudeM = try coords.double("altitude")
+        raw.accuracyM = try coords.double("accuracy")
+        raw.battery = try location.child("battery")?.double("level")
+        if let id = parsed.clientID { raw.meta["device_id"] = id.value }
+        let fix = try normalizer.fix(raw, device: "-", source: .osmand)
+        parsed.records = [JournalRecord(.fix(fix))]
+        if let activity = try location.child("activity"), let type = try activity.string("type") {
+            let confidence = try activity.double("confidence").map(\.value) ?? 50
+            let sample = MotionSample(
+                device: "-", start: fix.time, activity: Self.traccarActivity(type),
+                confidence: confidence >= 75 ? .high : confidence >= 40 ? .medium : .low, source: .osmand)
+            parsed.records.append(JournalRecord(.motion(sample)))
+        }
+        return parsed
+    }
+
+    static func traccarActivity(_ type: String) -> MotionSample.Activity {
+        switch type {
+        case "still": .stationary
+        case "on_foot", "walking": .walking
+        case "running": .running
+        case "on_bicycle": .cycling
+        case "in_vehicle": .automotive
+        default: .unknown
+        }
+    }
+
+    // MARK: GPSLogger
+
+    func gpsLogger(_ parameters: Parameters, device: String) throws -> [JournalRecord] {
+        func number(_ names: String...) throws -> RawFix.Value<Double>? {
+            for name in names {
+                if let text = parameters[name], !text.isEmpty { return .init(value: try Normalizer.number(text, field: name), field: name) }
+            }
+            return nil
+        }
+        guard let lat = try number("latitude", "lat") else { throw IngestError.invalid("latitude", "is required") }
+        guard let lon = try number("longitude", "lon") else { throw IngestError.invalid("longitude", "is required") }
+        let time = try parameters.first("time", "timestamp").map { RawFix.Value(value: try Normalizer.parseTime($0.value, field: $0.name), field: $0.name) }
+            ?? .init(value: normalizer.now(), field: "time")
+        var raw = RawFix(time: time, lat: lat, lon: lon)
+        raw.accuracyM = try number("accuracy", "acc")
+        raw.altitudeM = try number("altitude", "alt")
+        raw.speedMps = try number("speed", "spd")
+        raw.courseDeg = try number("direction", "dir", "bearing")
+        raw.battery = try number("battery", "batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        if let label = parameters["device"] { raw.meta["device"] = label }
+        return [JournalRecord(.fix(try normalizer.fix(raw, device: device, source: .gpslogger)))]
+    }
+
+    // MARK: Native API
+
+    func nativeFixes(_ body: [UInt8], device: String, source: FixSource = .api) throws -> [JournalRecord] {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let fixes = try root.array("fixes") else { throw IngestError.invalid("fixes", "is required") }
+        guard fixes.count <= Normalizer.maxBatch else {
+            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) fixes, got \(fixes.count)", field: "fixes")
+        }
+        var records: [JournalRecord] = []
+        records.reserveCapacity(fixes.count)
+        for (index, item) in fixes.enumerated() {
+            let fields = try JSONFields.object(item, path: "fixes[\(index)]")
+            if let named = try fields.string("device"), named != device {
+                throw IngestError.forbidden("this token belongs to device \"\(device)\", not \"\(named)\"", field: fields.name("device"))
+            }
+            guard let time = try fields.time("time") else { throw IngestError.invalid(fields.name("time"), "is required") }
+            var raw = RawFix(time: time, lat: try fields.requiredDouble("lat"), lon: try fields.requiredDouble("lon"))
+            raw.accuracyM = try fields.double("accuracy_m")
+            raw.altitudeM = try fields.double("altitude_m")
+            raw.speedMps = try fields.double("speed_mps")
+            raw.courseDeg = try fields.double("course_deg")
+            raw.battery = try fields.double("battery")
+            records.append(JournalRecord(.fix(try normalizer.fix(raw, device: device, source: source))))
+        }
+        return records
+    }
+
+    func nativeMotion(_ body: [UInt8], device: String) throws -> [JournalRecord] {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let samples = try root.array("samples") else { throw IngestError.invalid("samples", "is required") }
+        guard samples.count <= Normalizer.maxBatch else {
+            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) samples, got \(samples.count)", field: "samples")
+        }
+        var records: [JournalRecord] = []
+        for (index, item) in samples.enumerated() {
+            let fields = try JSONFields.object(item, path: "samples[\(index)]")
+            guard let start = try fields.time("start") else { throw IngestError.invalid(fields.name("start"), "is required") }
+            try normalizer.checkTime(start.value, field: start.field)
+            guard let activityName = try fields.string("activity"), let activity = MotionSample.Activity(rawValue: activityName) else {
+                throw IngestError.invalid(fields.name("activity"), "expected one of \(MotionSample.Activity.allCases.map(\.rawValue).joined(separator: ", "))")
+            }
+            guard let confidenceName = try fields.string("confidence"), let confidence = MotionSample.Confidence(rawValue: confidenceName) else {
+                throw IngestError.invalid(fields.name("confidence"), "expected low, medium or high")
+            }
+            records.append(JournalRecord(.motion(MotionSample(
+                device: device, start: Normalizer.milliseconds(start.value), activity: activity, confidence: confidence, source: .api))))
+        }
+        return records
+    }
+
+    func checkin(_ body: [UInt8], device: String) throws -> [JournalRecord] {
+        var time = normalizer.now()
+        if !body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+            if let given = try root.time("time") {
+                try normalizer.checkTime(given.value, field: given.field)
+                time = given.value
+            }
+        }
+        return [JournalRecord(.checkin(TaxiCheckin(device: device, time: Normalizer.milliseconds(time))))]
+    }
+}

@@ -1,0 +1,232 @@
+import DrivebusKit
+import Foundation
+import Synchronization
+
+/// An HTTP request, reduced to what ingest looks at, so the core is tested without a server.
+public struct IngestRequest: Sendable {
+    public var method: String
+    public var path: String
+    /// The raw query string, without `?`.
+    public var query: String
+    /// Header names in lower case.
+    public var headers: [String: String]
+    public var body: [UInt8]
+
+    public init(method: String, path: String, query: String = "", headers: [String: String] = [:], body: [UInt8] = []) {
+        self.method = method.uppercased()
+        self.path = path
+        self.query = query
+        self.headers = Dictionary(headers.map { ($0.key.lowercased(), $0.value) }, uniquingKeysWith: { first, _ in first })
+        self.body = body
+    }
+}
+
+public struct IngestResponse: Sendable, Equatable {
+    public var status: Int
+    public var contentType: String
+    public var body: [UInt8]
+
+    public init(status: Int, contentType: String = "application/json", body: [UInt8]) {
+        self.status = status
+        self.contentType = contentType
+        self.body = body
+    }
+
+    static func json(_ text: String, status: Int = 200) -> IngestResponse {
+        IngestResponse(status: status, body: Array(text.utf8))
+    }
+
+    static func error(_ error: IngestError) -> IngestResponse {
+        IngestResponse(status: error.status, body: error.json)
+    }
+}
+
+/// The ingest service's core: authenticates, parses, validates, journals, answers.
+public final class IngestHandler: Sendable {
+    private let devices: DeviceDirectory
+    private let parsers: ClientParsers
+    private let journal: Journal
+    private let motion = MotionChanges()
+
+    public init(config: DrivebusConfig, journal: Journal, now: @escaping @Sendable () -> Date = { Date() }) {
+        devices = DeviceDirectory(config.devices)
+        parsers = ClientParsers(normalizer: Normalizer(now: now))
+        self.journal = journal
+    }
+
+    public func handle(_ request: IngestRequest) async -> IngestResponse {
+        do {
+            return try await route(request)
+        } catch let error as IngestError {
+            return .error(error)
+        } catch {
+            return .error(IngestError(status: 500, code: "ingest.internal", message: String(describing: error)))
+        }
+    }
+
+    private func route(_ request: IngestRequest) async throws -> IngestResponse {
+        let method = request.method
+        switch request.path {
+        case "/healthz":
+            return .json(#"{"status":"ok","last_seq":\#(journal.lastSeq)}"#)
+        case "/owntracks", "/pub":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            try await store(try parsers.ownTracks(request.body, device: device, headers: request.headers))
+            return .json("[]")
+        case "/overland":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            try await store(try parsers.overland(request.body, device: device))
+            return .json(#"{"result":"ok"}"#)
+        case "/", "/osmand":
+            try expect(method, ["GET", "POST"])
+            let isJSON = method == "POST" && (request.headers["content-type"]?.contains("json") == true || request.body.first == UInt8(ascii: "{"))
+            let parameters = try allParameters(request, bodyIsForm: method == "POST" && !isJSON)
+            let parsed = try parsers.osmand(parameters: parameters, body: request.body, isJSON: isJSON)
+            let device: String
+            if let token = DeviceDirectory.token(headers: request.headers, parameters: parameters) {
+                device = try authenticate(token: token)
+            } else if let id = parsed.clientID {
+                // As in Traccar: the id is the credential, for devices configured to allow it.
+                guard let known = devices.device(forID: id.value) else {
+                    throw IngestError.unauthorized("unknown device id \"\(id.value)\" (or it is not allowed to authenticate by id)", field: id.field)
+                }
+                device = known
+            } else {
+                throw IngestError.unauthorized("no device: send id (or deviceid) or a token", field: "id")
+            }
+            try await store(parsed.records.map { $0.assigned(to: device) })
+            return IngestResponse(status: 200, contentType: "text/plain", body: [])
+        case "/gpslogger":
+            try expect(method, ["GET", "POST"])
+            let parameters = try allParameters(request, bodyIsForm: method == "POST")
+            let device = try authenticate(request, parameters: parameters)
+            try await store(try parsers.gpsLogger(parameters, device: device))
+            return IngestResponse(status: 200, contentType: "text/plain", body: Array("OK".utf8))
+        case "/api/v1/fixes":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            return try await nativeReply(try await store(try parsers.nativeFixes(request.body, device: device)))
+        case "/api/v1/motion":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            return try await nativeReply(try await store(try parsers.nativeMotion(request.body, device: device)))
+        case "/api/v1/taxi/checkin":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            return try await nativeReply(try await store(try parsers.checkin(request.body, device: device)))
+        default:
+            throw IngestError(status: 404, code: "ingest.not_found", message: "no endpoint \(request.path)", field: "path")
+        }
+    }
+
+    /// The `publish` RPC: a native batch from a local tool (such as `drivebus import`) that names
+    /// its device. The ipc socket is reachable only by this machine's drivebus user.
+    public func publishLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        guard devices.isKnown(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        return summarize(try await store(try parsers.nativeFixes(body, device: device, source: .import)))
+    }
+
+    /// Journals `import.finished.<device>`.
+    public func finishImport(device: String, file: String, fixes: Int) async throws(IngestError) -> UInt64 {
+        guard devices.isKnown(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        return summarize(try await store([JournalRecord(.importFinished(ImportFinished(device: device, file: file, fixes: fixes)))])).lastSeq
+    }
+
+    // MARK: Helpers
+
+    @discardableResult
+    private func store(_ records: [JournalRecord]) async throws(IngestError) -> [Journal.Outcome] {
+        guard !records.isEmpty else { return [] }
+        let (kept, changes) = motion.filter(records)
+        do {
+            let outcomes = try await journal.append(kept)
+            motion.commit(changes)
+            return outcomes
+        } catch .overloaded {
+            throw .overloaded("the journal cannot keep up; retry shortly")
+        } catch {
+            throw IngestError(status: 503, code: error.code, message: error.description)
+        }
+    }
+
+    private func summarize(_ outcomes: [Journal.Outcome]) -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        var accepted = 0, duplicates = 0
+        var lastSeq: UInt64 = 0
+        for outcome in outcomes {
+            switch outcome {
+            case .journaled(let seq):
+                accepted += 1
+                lastSeq = seq
+            case .duplicate:
+                duplicates += 1
+            }
+        }
+        return (accepted, duplicates, lastSeq)
+    }
+
+    private func nativeReply(_ outcomes: [Journal.Outcome]) async throws(IngestError) -> IngestResponse {
+        let summary = summarize(outcomes)
+        return .json(#"{"accepted":\#(summary.accepted),"duplicates":\#(summary.duplicates),"last_seq":\#(summary.lastSeq)}"#)
+    }
+
+    private func expect(_ method: String, _ allowed: [String]) throws(IngestError) {
+        guard allowed.contains(method) else {
+            throw IngestError(status: 405, code: "ingest.method_not_allowed", message: "use \(allowed.joined(separator: " or "))", field: "method")
+        }
+    }
+
+    private func authenticate(_ request: IngestRequest, parameters: Parameters) throws(IngestError) -> String {
+        guard let token = DeviceDirectory.token(headers: request.headers, parameters: parameters) else {
+            throw .unauthorized("a device token is required (Authorization: Bearer, Basic auth, or token=)")
+        }
+        return try authenticate(token: token)
+    }
+
+    private func authenticate(token: String) throws(IngestError) -> String {
+        guard let device = devices.device(forToken: token) else { throw .unauthorized("unknown token") }
+        return device
+    }
+
+    private func queryParameters(_ request: IngestRequest) throws(IngestError) -> Parameters {
+        guard let parameters = Parameters(urlEncoded: request.query[...]) else { throw IngestError.invalid("query", "malformed percent-encoding") }
+        return parameters
+    }
+
+    private func allParameters(_ request: IngestRequest, bodyIsForm: Bool) throws(IngestError) -> Parameters {
+        var parameters = try queryParameters(request)
+        if bodyIsForm, !request.body.isEmpty {
+            guard let form = Parameters(urlEncoded: String(decoding: request.body, as: UTF8.self)[...]) else {
+                throw IngestError.invalid("body", "malformed form encoding")
+            }
+            parameters.append(form)
+        }
+        return parameters
+    }
+}
+
+/// Overland and Traccar Client repeat the current activity with every location; only changes
+/// become motion samples. Samples sent to the native API are kept as they are.
+final class MotionChanges: Sendable {
+    private let last = Mutex<[String: MotionSample.Activity]>([:])
+
+    /// The records to journal, and the activity changes to remember once they are durable.
+    func filter(_ records: [JournalRecord]) -> ([JournalRecord], [String: MotionSample.Activity]) {
+        var current = last.withLock { $0 }
+        var changes: [String: MotionSample.Activity] = [:]
+        let kept = records.filter { record in
+            guard case .motion(let sample) = record.kind, sample.source != .api else { return true }
+            guard current[sample.device] != sample.activity else { return false }
+            current[sample.device] = sample.activity
+            changes[sample.device] = sample.activity
+            return true
+        }
+        return (kept, changes)
+    }
+
+    func commit(_ changes: [String: MotionSample.Activity]) {
+        guard !changes.isEmpty else { return }
+        last.withLock { $0.merge(changes) { _, new in new } }
+    }
+}

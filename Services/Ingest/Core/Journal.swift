@@ -1,0 +1,434 @@
+import DrivebusKit
+import Foundation
+import Glibc
+import Synchronization
+
+/// The ingest journal: the source of truth. An append-only file of records, each
+/// `[u32 length][u32 crc32][topic "\n" payload JSON]`, little-endian.
+///
+/// One writer thread owns the file. Callers hand it batches and wait; it takes everything that is
+/// waiting, writes it with one `write` and one `fdatasync` (group commit), and only then answers
+/// them and publishes the records, in `seq` order. A torn record at the tail (a crash mid-write)
+/// is cut off when the journal is opened; everything before it was acknowledged and stays.
+public final class Journal: Sendable {
+    public struct Options: Sendable {
+        /// Records waiting for the disk beyond which new batches are refused (503) so clients retry.
+        public var maxPendingRecords = 200_000
+        public init() {}
+    }
+
+    public enum Failure: Error, Sendable, Equatable, CustomStringConvertible {
+        case overloaded
+        case io(String)
+        case corrupt(String)
+        case closed
+
+        public var code: String {
+            switch self {
+            case .overloaded: "ingest.journal_overloaded"
+            case .io: "ingest.journal_io"
+            case .corrupt: "ingest.journal_corrupt"
+            case .closed: "ingest.journal_closed"
+            }
+        }
+
+        public var description: String {
+            switch self {
+            case .overloaded: "the journal cannot keep up; retry shortly"
+            case .io(let why): "journal write failed: \(why)"
+            case .corrupt(let why): "journal is corrupt: \(why)"
+            case .closed: "the journal is closed"
+            }
+        }
+    }
+
+    /// What happened to one record of a batch.
+    public enum Outcome: Sendable, Equatable {
+        case journaled(seq: UInt64)
+        /// Already in the journal (same device, time and position): acknowledged, not re-published.
+        case duplicate
+    }
+
+    /// One journaled message, as replay returns it.
+    public struct Entry: Sendable, Equatable {
+        public let seq: UInt64
+        public let topic: String
+        public let payload: [UInt8]
+    }
+
+    /// Called on the writer thread after each commit, once per new record, in `seq` order.
+    public typealias Publish = @Sendable (_ entry: Entry, _ record: JournalRecord) -> Void
+
+    private struct Pending {
+        let records: [JournalRecord]
+        let reply: @Sendable (Result<[Outcome], Failure>) -> Void
+    }
+
+    private struct Queue {
+        var batches: [Pending] = []
+        var records = 0
+        var closed = false
+    }
+
+    /// State the writer thread changes and replay reads.
+    private struct Index {
+        var offsets: [Int64] = []  // offsets[seq - 1] is where record `seq` starts
+        var end: Int64 = 0
+        var lastSeq: UInt64 { UInt64(offsets.count) }
+    }
+
+    public let path: String
+    private let options: Options
+    private let fd: Int32
+    private let queue = Mutex(Queue())
+    /// Signalled whenever a batch is queued or the journal closes.
+    private let wake = DispatchSemaphore(value: 0)
+    private let index: Mutex<Index>
+    // Only the writer thread touches the dedup keys after `init`.
+    private nonisolated(unsafe) var keys: Set<DedupKey>
+    private let publish: Publish
+    private let stopped = DispatchSemaphore(value: 0)
+
+    /// Opens (or creates) the journal at `path`, reads it to rebuild the index and the dedup keys,
+    /// and cuts off a torn tail.
+    public init(path: String, options: Options = Options(), publish: @escaping Publish) throws(Failure) {
+        self.path = path
+        self.options = options
+        self.publish = publish
+        let fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot open \(path): \(String(cString: strerror(errno)))") }
+        self.fd = fd
+        var index = Index()
+        var keys = Set<DedupKey>()
+        do {
+            try Self.scan(fd: fd) { offset, entry in
+                index.offsets.append(offset)
+                if let key = DedupKey(topic: entry.topic, payload: entry.payload) { keys.insert(key) }
+            } end: { index.end = $0 }
+        } catch {
+            close(fd)
+            throw error
+        }
+        if ftruncate(fd, off_t(index.end)) != 0 || fsync(fd) != 0 {
+            close(fd)
+            throw .io("cannot truncate the torn tail of \(path): \(String(cString: strerror(errno)))")
+        }
+        self.index = Mutex(index)
+        self.keys = keys
+        let thread = Thread { [self] in writerLoop() }
+        thread.name = "journal-writer"
+        thread.start()
+    }
+
+    deinit { close(fd) }
+
+    public var lastSeq: UInt64 { index.withLock { $0.lastSeq } }
+
+    /// Journals `records` and returns once they are on disk. Each fix or motion sample already in
+    /// the journal comes back as `.duplicate` and is neither written nor published again.
+    public func append(_ records: [JournalRecord]) async throws(Failure) -> [Outcome] {
+        let result: Result<[Outcome], Failure> = await withCheckedContinuation { continuation in
+            let accepted = queue.withLock { queue -> Failure? in
+                if queue.closed { return .closed }
+                if queue.records + records.count > options.maxPendingRecords && queue.records > 0 { return .overloaded }
+                queue.batches.append(Pending(records: records, reply: { continuation.resume(returning: $0) }))
+                queue.records += records.count
+                return nil
+            }
+            if let refused = accepted {
+                continuation.resume(returning: .failure(refused))
+            } else {
+                wake.signal()
+            }
+        }
+        return try result.get()
+    }
+
+    /// Up to `limit` entries from `fromSeq` on, in order.
+    public func replay(fromSeq: UInt64, limit: Int) throws(Failure) -> [Entry] {
+        let (start, stop, end) = index.withLock { index -> (Int64, Int, Int64)? in
+            guard fromSeq >= 1, fromSeq <= index.lastSeq else { return nil }
+            let first = Int(fromSeq - 1)
+            let last = min(index.offsets.count, first + limit)
+            let stopOffset = last < index.offsets.count ? index.offsets[last] : index.end
+            return (index.offsets[first], last - first, stopOffset)
+        } ?? (0, 0, 0)
+        guard stop > 0 else { return [] }
+        var buffer = [UInt8](repeating: 0, count: Int(end - start))
+        let read = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(start)) }
+        guard read == buffer.count else { throw .io("short read from \(path)") }
+        var entries: [Entry] = []
+        entries.reserveCapacity(stop)
+        var seq = fromSeq
+        try Self.parse(buffer[...], baseOffset: start) { _, entry in
+            entries.append(Entry(seq: seq, topic: entry.topic, payload: entry.payload))
+            seq += 1
+        }
+        return entries
+    }
+
+    /// Stops the writer after it has committed everything already handed to it.
+    public func shutdown() {
+        queue.withLock { $0.closed = true }
+        wake.signal()
+        stopped.wait()
+    }
+
+    // MARK: The writer thread
+
+    private func writerLoop() {
+        while true {
+            let taken = queue.withLock { queue -> ([Pending], Bool)? in
+                guard !queue.batches.isEmpty || queue.closed else { return nil }
+                defer { queue.batches = []; queue.records = 0 }
+                return (queue.batches, queue.closed)
+            }
+            guard let (batches, closed) = taken else {
+                wake.wait()
+                continue
+            }
+            if !batches.isEmpty { commit(batches) }
+            if closed && batches.isEmpty { break }
+        }
+        stopped.signal()
+    }
+
+    private func commit(_ batches: [Pending]) {
+        let before = index.withLock { $0 }
+        var next = before.lastSeq + 1
+        var offset = before.end
+        var bytes: [UInt8] = []
+        var newOffsets: [Int64] = []
+        var newKeys: [DedupKey] = []
+        var written: [(Entry, JournalRecord)] = []
+        var outcomes: [[Outcome]] = []
+        var pendingKeys = Set<DedupKey>()
+
+        for batch in batches {
+            var batchOutcomes: [Outcome] = []
+            batchOutcomes.reserveCapacity(batch.records.count)
+            for record in batch.records {
+                let key = record.dedupKey
+                if let key, keys.contains(key) || pendingKeys.contains(key) {
+                    batchOutcomes.append(.duplicate)
+                    continue
+                }
+                let entry = Entry(seq: next, topic: record.topic, payload: record.payload(seq: next))
+                newOffsets.append(offset)
+                offset += Int64(Self.append(entry, to: &bytes))
+                if let key {
+                    pendingKeys.insert(key)
+                    newKeys.append(key)
+                }
+                written.append((entry, record))
+                batchOutcomes.append(.journaled(seq: next))
+                next += 1
+            }
+            outcomes.append(batchOutcomes)
+        }
+
+        if !bytes.isEmpty, let failure = writeAndSync(bytes) {
+            // Nothing of this group was acknowledged: cut the file back and refuse it all.
+            _ = ftruncate(fd, off_t(before.end))
+            for batch in batches { batch.reply(.failure(failure)) }
+            return
+        }
+        keys.formUnion(newKeys)
+        index.withLock { index in
+            index.offsets.append(contentsOf: newOffsets)
+            index.end = offset
+        }
+        for (entry, record) in written { publish(entry, record) }
+        for (batch, batchOutcomes) in zip(batches, outcomes) { batch.reply(.success(batchOutcomes)) }
+    }
+
+    private func writeAndSync(_ bytes: [UInt8]) -> Failure? {
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return .io(String(cString: strerror(errno)))
+            }
+            done += n
+        }
+        guard fdatasync(fd) == 0 else { return .io("fdatasync: \(String(cString: strerror(errno)))") }
+        return nil
+    }
+
+    // MARK: Format
+
+    private static func append(_ entry: Entry, to bytes: inout [UInt8]) -> Int {
+        var body = Array(entry.topic.utf8)
+        body.append(0x0A)
+        body.append(contentsOf: entry.payload)
+        let length = UInt32(body.count)
+        let crc = CRC32.checksum(body)
+        for value in [length, crc] {
+            withUnsafeBytes(of: value.littleEndian) { bytes.append(contentsOf: $0) }
+        }
+        bytes.append(contentsOf: body)
+        return 8 + body.count
+    }
+
+    private static func scan(fd: Int32, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void, end: (Int64) -> Void) throws(Failure) {
+        var stat = stat()
+        guard fstat(fd, &stat) == 0 else { throw .io("fstat: \(String(cString: strerror(errno)))") }
+        var buffer = [UInt8](repeating: 0, count: Int(stat.st_size))
+        var done = 0
+        while done < buffer.count {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(done)) }
+            guard n > 0 else { throw .io("cannot read the journal: \(String(cString: strerror(errno)))") }
+            done += n
+        }
+        end(try parse(buffer[...], baseOffset: 0, each))
+    }
+
+    /// Parses whole records from `buffer`; returns the offset after the last good one.
+    @discardableResult
+    private static func parse(
+        _ buffer: ArraySlice<UInt8>, baseOffset: Int64, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void
+    ) throws(Failure) -> Int64 {
+        var position = buffer.startIndex
+        while buffer.endIndex - position >= 8 {
+            let length = Int(UInt32(littleEndian: buffer[position..<(position + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
+            let crc = UInt32(littleEndian: buffer[(position + 4)..<(position + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
+            let bodyStart = position + 8
+            // A record cut short, or one whose checksum fails, is where a crash interrupted a
+            // write that was never acknowledged.
+            guard buffer.endIndex - bodyStart >= length else { break }
+            let body = buffer[bodyStart..<(bodyStart + length)]
+            guard CRC32.checksum(body) == crc, let newline = body.firstIndex(of: 0x0A) else { break }
+            try each(baseOffset + Int64(position - buffer.startIndex), (String(decoding: body[..<newline], as: UTF8.self), Array(body[(newline + 1)...])))
+            position = bodyStart + length
+        }
+        return baseOffset + Int64(position - buffer.startIndex)
+    }
+}
+
+/// What the journal stores: one bus message's topic and payload, with `seq` filled in on commit.
+public struct JournalRecord: Sendable {
+    public enum Kind: Sendable {
+        case fix(Fix)
+        case motion(MotionSample)
+        case transition(ClientTransition)
+        case checkin(TaxiCheckin)
+        case importFinished(ImportFinished)
+    }
+
+    public let kind: Kind
+
+    public init(_ kind: Kind) { self.kind = kind }
+
+    public var device: String {
+        switch kind {
+        case .fix(let fix): fix.device
+        case .motion(let sample): sample.device
+        case .transition(let transition): transition.device
+        case .checkin(let checkin): checkin.device
+        case .importFinished(let finished): finished.device
+        }
+    }
+
+    /// The event type, which with the device makes the topic.
+    public var type: String {
+        switch kind {
+        case .fix: "fix"
+        case .motion: "motion"
+        case .transition: "client.transition"
+        case .checkin: "taxi.checkin"
+        case .importFinished: "import.finished"
+        }
+    }
+
+    public var topic: String { Topic.make(type, device: device) }
+
+    /// The same record for `device`: parsers work before authentication has named the device.
+    public func assigned(to device: String) -> JournalRecord {
+        switch kind {
+        case .fix(var fix): fix.device = device; return JournalRecord(.fix(fix))
+        case .motion(var sample): sample.device = device; return JournalRecord(.motion(sample))
+        case .transition(var transition): transition.device = device; return JournalRecord(.transition(transition))
+        case .checkin(var checkin): checkin.device = device; return JournalRecord(.checkin(checkin))
+        case .importFinished(var finished): finished.device = device; return JournalRecord(.importFinished(finished))
+        }
+    }
+
+    func payload(seq: UInt64) -> [UInt8] {
+        // Encoding these types cannot fail: their numbers were validated as finite.
+        switch kind {
+        case .fix(var fix):
+            fix.seq = seq
+            return try! BusJSON.encode(fix)
+        case .motion(var sample):
+            sample.seq = seq
+            return try! BusJSON.encode(sample)
+        case .transition(var transition):
+            transition.seq = seq
+            return try! BusJSON.encode(transition)
+        case .checkin(var checkin):
+            checkin.seq = seq
+            return try! BusJSON.encode(checkin)
+        case .importFinished(var finished):
+            finished.seq = seq
+            return try! BusJSON.encode(finished)
+        }
+    }
+
+    var dedupKey: DedupKey? {
+        switch kind {
+        case .fix(let fix): DedupKey(fix)
+        case .motion(let sample): DedupKey(sample)
+        default: nil
+        }
+    }
+}
+
+/// What makes a fix (device, time, position) or a motion sample (device, start, activity) the
+/// same as one already journaled: clients such as Overland re-send whole batches.
+struct DedupKey: Hashable, Sendable {
+    let device: String
+    let milliseconds: Int64
+    let a: UInt64
+    let b: UInt64
+
+    init(_ fix: Fix) {
+        device = fix.device
+        milliseconds = Int64((fix.time.timeIntervalSince1970 * 1000).rounded())
+        a = fix.lat.bitPattern
+        b = fix.lon.bitPattern
+    }
+
+    init(_ sample: MotionSample) {
+        device = sample.device
+        milliseconds = Int64((sample.start.timeIntervalSince1970 * 1000).rounded())
+        a = UInt64(MotionSample.Activity.allCases.firstIndex(of: sample.activity)!) | (1 << 63)
+        b = UInt64(MotionSample.Confidence.allCases.firstIndex(of: sample.confidence)!)
+    }
+
+    /// Rebuilds the key of a journaled record.
+    init?(topic: String, payload: [UInt8]) {
+        if topic.hasPrefix("fix."), let fix = try? BusJSON.decode(Fix.self, from: payload) {
+            self.init(fix)
+        } else if topic.hasPrefix("motion."), let sample = try? BusJSON.decode(MotionSample.self, from: payload) {
+            self.init(sample)
+        } else {
+            return nil
+        }
+    }
+}
+
+/// CRC-32 (IEEE, as zlib), to find torn records.
+enum CRC32 {
+    private static let table: [UInt32] = (0..<256).map { index in
+        var crc = UInt32(index)
+        for _ in 0..<8 { crc = crc & 1 == 1 ? (crc >> 1) ^ 0xEDB8_8320 : crc >> 1 }
+        return crc
+    }
+
+    static func checksum(_ bytes: some Collection<UInt8>) -> UInt32 {
+        var crc: UInt32 = 0xFFFF_FFFF
+        for byte in bytes { crc = table[Int((crc ^ UInt32(byte)) & 0xFF)] ^ (crc >> 8) }
+        return crc ^ 0xFFFF_FFFF
+    }
+}

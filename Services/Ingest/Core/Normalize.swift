@@ -1,0 +1,178 @@
+import DrivebusKit
+import Foundation
+
+/// One fix as a client described it, with the client's own field names kept for error messages,
+/// before validation.
+struct RawFix {
+    struct Value<T> {
+        var value: T
+        var field: String
+    }
+
+    var time: Value<Date>
+    var lat: Value<Double>
+    var lon: Value<Double>
+    var accuracyM: Value<Double>?
+    var altitudeM: Value<Double>?
+    var speedMps: Value<Double>?
+    var courseDeg: Value<Double>?
+    /// 0–1; percentages are converted before they get here.
+    var battery: Value<Double>?
+    var meta: [String: String] = [:]
+}
+
+/// The rules every fix passes, whatever client it came from.
+struct Normalizer: Sendable {
+    /// Fixes from before this are refused: no phone app predates it, and it catches epoch-zero clocks.
+    static let earliest = Date(timeIntervalSince1970: 946_684_800)  // 2000-01-01
+    static let maxFutureS: TimeInterval = 86_400
+    static let maxBatch = 10_000
+
+    let now: @Sendable () -> Date
+
+    func fix(_ raw: RawFix, device: String, source: FixSource) throws(IngestError) -> Fix {
+        try checkTime(raw.time.value, field: raw.time.field)
+        let lat = try finite(raw.lat)
+        let lon = try finite(raw.lon)
+        guard (-90...90).contains(lat) else { throw .invalid(raw.lat.field, "latitude must be from -90 to 90, got \(lat)") }
+        guard (-180...180).contains(lon) else { throw .invalid(raw.lon.field, "longitude must be from -180 to 180, got \(lon)") }
+        // Negative accuracy, speed, course or battery is how clients say "not known".
+        let accuracy = try raw.accuracyM.map(finite).flatMap { $0 < 0 ? nil : $0 }
+        if let accuracy, accuracy > 1_000_000 { throw .invalid(raw.accuracyM!.field, "accuracy must be at most 1000000 m, got \(accuracy)") }
+        let altitude = try raw.altitudeM.map(finite)
+        if let altitude, !(-1_000...100_000).contains(altitude) {
+            throw .invalid(raw.altitudeM!.field, "altitude must be from -1000 to 100000 m, got \(altitude)")
+        }
+        let speed = try raw.speedMps.map(finite).flatMap { $0 < 0 ? nil : $0 }
+        if let speed, speed > 1_000 { throw .invalid(raw.speedMps!.field, "speed must be at most 1000 m/s, got \(speed)") }
+        var course = try raw.courseDeg.map(finite).flatMap { $0 < 0 ? nil : $0 }
+        if let heading = course {
+            guard heading <= 360 else { throw .invalid(raw.courseDeg!.field, "course must be from 0 to 360 degrees, got \(heading)") }
+            course = heading == 360 ? 0 : heading
+        }
+        let battery = try raw.battery.map(finite).flatMap { $0 < 0 ? nil : $0 }
+        if let battery, battery > 1 { throw .invalid(raw.battery!.field, "battery must be from 0 to 1 (or 0 to 100 %), got \(battery)") }
+        return Fix(
+            device: device, time: Self.milliseconds(raw.time.value), lat: lat, lon: lon, accuracyM: accuracy,
+            altitudeM: altitude, speedMps: speed, courseDeg: course, battery: battery, source: source,
+            meta: raw.meta.isEmpty ? nil : raw.meta)
+    }
+
+    func checkTime(_ time: Date, field: String) throws(IngestError) {
+        guard time >= Self.earliest else { throw .invalid(field, "time \(RFC3339.format(time)) is before 2000") }
+        guard time.timeIntervalSince(now()) <= Self.maxFutureS else {
+            throw .invalid(field, "time \(RFC3339.format(time)) is more than 1 day in the future")
+        }
+    }
+
+    /// Times travel at millisecond precision, so that a fix reads back exactly as it was stored.
+    static func milliseconds(_ time: Date) -> Date {
+        Date(timeIntervalSince1970: (time.timeIntervalSince1970 * 1000).rounded() / 1000)
+    }
+
+    private func finite(_ value: RawFix.Value<Double>) throws(IngestError) -> Double {
+        guard value.value.isFinite else { throw .invalid(value.field, "must be a finite number") }
+        return value.value
+    }
+
+    /// Client timestamps: epoch seconds, epoch milliseconds (above 2147483647), RFC 3339 / ISO 8601
+    /// with any offset, or `yyyy-MM-dd HH:mm:ss` in UTC.
+    static func parseTime(_ text: String, field: String) throws(IngestError) -> Date {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        if let number = Double(trimmed), trimmed.allSatisfy({ $0.isNumber || $0 == "." }) {
+            return Date(timeIntervalSince1970: number > 2_147_483_647 ? number / 1000 : number)
+        }
+        if let date = RFC3339.parse(trimmed) ?? RFC3339.parse(trimmed + "Z") { return date }
+        throw .invalid(field, "expected epoch seconds or milliseconds, ISO 8601, or yyyy-MM-dd HH:mm:ss, got \"\(text)\"")
+    }
+
+    static func number(_ text: String, field: String) throws(IngestError) -> Double {
+        guard let value = Double(text.trimmingCharacters(in: .whitespaces)), value.isFinite else {
+            throw .invalid(field, "expected a number, got \"\(text)\"")
+        }
+        return value
+    }
+}
+
+/// Typed reads from a parsed JSON object, tolerant as the phone apps need (numbers that arrive
+/// as strings) and strict about everything else, with the field's path in every error.
+struct JSONFields {
+    let object: [String: JSONValue]
+    let path: String
+
+    init(_ object: [String: JSONValue], path: String = "") {
+        self.object = object
+        self.path = path
+    }
+
+    static func parse(_ body: [UInt8]) throws(IngestError) -> JSONValue {
+        do {
+            return try JSONValue.parse(body)
+        } catch {
+            throw .malformedJSON(error.description)
+        }
+    }
+
+    static func object(_ value: JSONValue, path: String) throws(IngestError) -> JSONFields {
+        guard case .object(let object) = value else { throw .invalid(path.isEmpty ? "body" : path, "expected a JSON object") }
+        return JSONFields(object, path: path)
+    }
+
+    func name(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+
+    private func value(_ key: String) -> JSONValue? {
+        guard let value = object[key], value != .null else { return nil }
+        return value
+    }
+
+    func double(_ key: String) throws(IngestError) -> RawFix.Value<Double>? {
+        switch value(key) {
+        case nil: return nil
+        case .number(let number): return .init(value: number, field: name(key))
+        case .string(let text):
+            if text.isEmpty { return nil }
+            return .init(value: try Normalizer.number(text, field: name(key)), field: name(key))
+        default: throw .invalid(name(key), "expected a number")
+        }
+    }
+
+    func requiredDouble(_ key: String) throws(IngestError) -> RawFix.Value<Double> {
+        guard let value = try double(key) else { throw .invalid(name(key), "is required") }
+        return value
+    }
+
+    func string(_ key: String) throws(IngestError) -> String? {
+        switch value(key) {
+        case nil: return nil
+        case .string(let text): return text
+        case .number(let number): return Self.format(number)
+        default: throw .invalid(name(key), "expected a string")
+        }
+    }
+
+    func time(_ key: String) throws(IngestError) -> RawFix.Value<Date>? {
+        switch value(key) {
+        case nil: return nil
+        case .number(let number): return .init(value: try Normalizer.parseTime(Self.format(number), field: name(key)), field: name(key))
+        case .string(let text): return .init(value: try Normalizer.parseTime(text, field: name(key)), field: name(key))
+        default: throw .invalid(name(key), "expected a time")
+        }
+    }
+
+    func child(_ key: String) throws(IngestError) -> JSONFields? {
+        guard let value = value(key) else { return nil }
+        return try JSONFields.object(value, path: name(key))
+    }
+
+    func array(_ key: String) throws(IngestError) -> [JSONValue]? {
+        switch value(key) {
+        case nil: return nil
+        case .array(let items): return items
+        default: throw .invalid(name(key), "expected a list")
+        }
+    }
+
+    private static func format(_ number: Double) -> String {
+        number == number.rounded() && abs(number) < 1e15 ? String(Int64(number)) : String(number)
+    }
+}

@@ -1,0 +1,132 @@
+import DrivebusKit
+import Foundation
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+import Testing
+
+/// A port nobody listens on right now.
+func freePort() -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var address = sockaddr_in()
+    address.sin_family = sa_family_t(AF_INET)
+    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+    address.sin_port = 0
+    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+    return Int(UInt16(bigEndian: address.sin_port))
+}
+
+func http(_ method: String, _ url: String, token: String? = nil, body: Data? = nil) async throws -> (status: Int, body: String) {
+    var request = URLRequest(url: URL(string: url)!)
+    request.httpMethod = method
+    request.httpBody = body
+    if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+    request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+    let (data, response) = try await URLSession.shared.data(for: request)
+    return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
+}
+
+struct ReplayReply: Decodable {
+    struct Message: Decodable {
+        let seq: UInt64
+        let topic: String
+        /// Only fixes are decoded; other payloads are nil.
+        let payload: Fix?
+
+        enum CodingKeys: String, CodingKey { case seq, topic, payload }
+
+        init(from decoder: any Decoder) throws {
+            let container = try decoder.container(keyedBy: CodingKeys.self)
+            seq = try container.decode(UInt64.self, forKey: .seq)
+            topic = try container.decode(String.self, forKey: .topic)
+            payload = topic.hasPrefix("fix.") ? try container.decode(Fix.self, forKey: .payload) : nil
+        }
+    }
+    let lastSeq: UInt64
+    let messages: [Message]
+    enum CodingKeys: String, CodingKey {
+        case lastSeq = "last_seq"
+        case messages
+    }
+}
+
+/// `drivebus-bus` and `drivebus-ingest`, for real, on ipc sockets and a loopback port.
+@Suite(.serialized) struct IngestSystemTests {
+    let token = "test-token-abcdefgh"
+
+    @Test func fixesFlowFromHTTPToTheBusDurablyAndOnce() async throws {
+        let dir = TempDir()
+        let port = freePort()
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: car, token: \(token)}]
+            ingest: {listen: "127.0.0.1:\(port)", max_body_bytes: 65536}
+            """
+        let path = dir.file("drivebus.yaml", yaml)
+        let config = try DrivebusConfig.parse(yaml: yaml)
+        let base = "http://127.0.0.1:\(port)"
+        let bus = try Child("drivebus-bus", ["--config", path])
+        var ingest = try Child("drivebus-ingest", ["--config", path])
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 }, "\(ingest.stderr)")
+
+        // Join the bus: once ingest's heartbeat arrives, its fixes will too.
+        let client = BusClient(config: config, name: "test")
+        var messages = try await client.subscribe(["fix.", "svc.heartbeat.ingest"]).makeAsyncIterator()
+        while let message = await messages.next(), message.topic != "svc.heartbeat.ingest" {}
+
+        let overland = try JSONSerialization.jsonObject(with: try fixture("overland.json")) as! [String: Any]
+        let batch = try JSONSerialization.data(withJSONObject: (overland["samples"] as! [[String: Any]])[0]["payload"]!)
+        let posted = try await http("POST", base + "/overland", token: token, body: batch)
+        #expect(posted.status == 200)
+        #expect(posted.body == #"{"result":"ok"}"#)
+
+        var received: BusMessage?
+        while let message = await messages.next() {
+            if message.topic == "fix.car" { received = message; break }
+        }
+        let fix = try #require(try received?.decode(Fix.self))
+        #expect(fix == Fix(seq: 1, device: "car", time: date("2015-10-01T15:00:00Z"), lat: 37.3318, lon: -122.030581, accuracyM: 30, altitudeM: 0, speedMps: 4, battery: 0.8, source: .overland))
+        #expect(received?.header.source == "ingest")
+
+        // Replay gives back exactly what was published.
+        let replay = try BusJSON.decode(ReplayReply.self, from: try await client.loop.request(
+            ZMQEndpoint(config.layout.rpcEndpoint(.ingest)), body: Array(#"{"op":"replay","from_seq":1,"limit":10}"#.utf8), timeout: .seconds(5)))
+        #expect(replay.messages.map(\.topic) == ["fix.car", "motion.car"])
+        #expect(replay.messages.map(\.seq) == [1, 2])
+        #expect(replay.messages.first?.payload == fix)
+
+        // Overland re-sends the same batch: acknowledged, nothing new.
+        #expect(try await http("POST", base + "/overland", token: token, body: batch).status == 200)
+        let health = try await client.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self)
+        #expect(health.lastSeq["journal"] == 2)
+
+        // Bodies over max_body_bytes get 413 naming the body.
+        let huge = try await http("POST", base + "/api/v1/fixes", token: token, body: Data(repeating: 0x20, count: 70_000))
+        #expect(huge.status == 413)
+        #expect(huge.body.contains(#""field":"body""#))
+
+        // Kill ingest the moment it has answered 2xx: the fix is in the journal after restart.
+        let fresh = #"{"fixes":[{"time":"2025-06-01T12:00:00.123Z","lat":48.2,"lon":16.37,"speed_mps":13.5}]}"#
+        let accepted = try await http("POST", base + "/api/v1/fixes", token: token, body: Data(fresh.utf8))
+        ingest.signal(SIGKILL)
+        #expect(accepted.status == 200)
+        #expect(accepted.body == #"{"accepted":1,"duplicates":0,"last_seq":3}"#)
+        _ = try await ingest.exitStatus()
+        ingest = try Child("drivebus-ingest", ["--config", path])
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        let afterRestart = try BusJSON.decode(ReplayReply.self, from: try await client.loop.request(
+            ZMQEndpoint(config.layout.rpcEndpoint(.ingest)), body: Array(#"{"op":"replay","from_seq":3}"#.utf8), timeout: .seconds(5)))
+        #expect(afterRestart.lastSeq == 3)
+        #expect(afterRestart.messages.map(\.payload) == [Fix(seq: 3, device: "car", time: date("2025-06-01T12:00:00.123Z"), lat: 48.2, lon: 16.37, speedMps: 13.5, source: .api)])
+
+        await client.shutdown()
+        ingest.signal(SIGTERM)
+        bus.signal(SIGTERM)
+        #expect(try await ingest.exitStatus() == 0)
+        #expect(try await bus.exitStatus() == 0)
+    }
+}

@@ -1,0 +1,325 @@
+import DrivebusKit
+import Foundation
+import IngestCore
+import Synchronization
+import Testing
+
+/// The fixtures directory, found from this file so tests run from any working directory.
+let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../Fixtures").standardized
+
+func fixture(_ name: String) throws -> Data { try Data(contentsOf: fixtures.appendingPathComponent(name)) }
+
+/// What the journal handed to the bus, in order.
+final class Published: Sendable {
+    private let entries = Mutex<[(Journal.Entry, JournalRecord)]>([])
+    var all: [Journal.Entry] { entries.withLock { $0.map(\.0) } }
+    var fixes: [Fix] { all.filter { $0.topic.hasPrefix("fix.") }.map { try! BusJSON.decode(Fix.self, from: $0.payload) } }
+    var count: Int { entries.withLock { $0.count } }
+    func add(_ entry: Journal.Entry, _ record: JournalRecord) { entries.withLock { $0.append((entry, record)) } }
+}
+
+/// A handler over a real journal in a temporary directory.
+struct IngestHarness {
+    let dir = TempDir()
+    let journal: Journal
+    let handler: IngestHandler
+    let published = Published()
+    static let token = "car-token-0123456789"
+    static let osmandIDs = ["48241179", "658765", "8737767034", "123456", "902064", "353861053849681", "861001000719969", "123456789012345"]
+
+    init(now: Date = Date()) throws {
+        var config = DrivebusConfig.defaults(workingDirectory: "/")
+        config.devices = [
+            .init(id: "car", token: Self.token, allowIDAuth: false, home: nil),
+            .init(id: "bike", token: "bike-token-0123456789", allowIDAuth: false, home: nil),
+        ] + Self.osmandIDs.map { .init(id: $0, token: nil, allowIDAuth: true, home: nil) }
+        let published = published
+        journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        handler = IngestHandler(config: config, journal: journal, now: { now })
+    }
+
+    func send(_ method: String, _ path: String, query: String = "", headers: [String: String] = ["Authorization": "Bearer \(Self.token)"], body: String = "") async -> IngestResponse {
+        await handler.handle(IngestRequest(method: method, path: path, query: query, headers: headers, body: Array(body.utf8)))
+    }
+}
+
+func date(_ text: String) -> Date { RFC3339.parse(text)! }
+
+@Suite struct JournalTests {
+    func fix(_ index: Int, device: String = "car") -> JournalRecord {
+        JournalRecord(.fix(Fix(device: device, time: Date(timeIntervalSince1970: 1_700_000_000 + Double(index)), lat: 48 + Double(index) * 1e-5, lon: 16, source: .api)))
+    }
+
+    @Test func appendsInOrderSurvivesReopenAndDeduplicates() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let published = Published()
+        var journal: Journal? = try Journal(path: path) { published.add($0, $1) }
+        let first = try await journal!.append((0..<3).map { fix($0) })
+        #expect(first == [.journaled(seq: 1), .journaled(seq: 2), .journaled(seq: 3)])
+        // A re-sent batch, with one new fix and a duplicate inside the batch itself.
+        let second = try await journal!.append([fix(1), fix(3), fix(3), fix(1, device: "bike")])
+        #expect(second == [.duplicate, .journaled(seq: 4), .duplicate, .journaled(seq: 5)])
+        #expect(published.all.map(\.seq) == [1, 2, 3, 4, 5])
+        #expect(published.all.map(\.topic) == ["fix.car", "fix.car", "fix.car", "fix.car", "fix.bike"])
+        #expect(published.fixes.map(\.seq) == [1, 2, 3, 4, 5])
+        journal!.shutdown()
+        journal = nil
+
+        let reopened = try Journal(path: path) { published.add($0, $1) }
+        #expect(reopened.lastSeq == 5)
+        #expect(try reopened.replay(fromSeq: 1, limit: 100) == published.all)
+        #expect(try reopened.replay(fromSeq: 4, limit: 1).map(\.seq) == [4])
+        #expect(try reopened.replay(fromSeq: 6, limit: 10).isEmpty)
+        // Dedup survives the restart.
+        #expect(try await reopened.append([fix(2), fix(9)]) == [.duplicate, .journaled(seq: 6)])
+        reopened.shutdown()
+    }
+
+    @Test func aTornTailIsCutOffAndTheRestKept() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let journal = try Journal(path: path) { _, _ in }
+        _ = try await journal.append([fix(0), fix(1)])
+        journal.shutdown()
+        let intact = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        // A crash in the middle of writing a third record.
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
+        try handle.close()
+
+        let reopened = try Journal(path: path) { _, _ in }
+        #expect(reopened.lastSeq == 2)
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int == intact)
+        #expect(try await reopened.append([fix(2)]) == [.journaled(seq: 3)])
+        #expect(try reopened.replay(fromSeq: 1, limit: 10).map(\.seq) == [1, 2, 3])
+        reopened.shutdown()
+    }
+
+    @Test func concurrentBatchesShareCommitsAndKeepSeqGapless() async throws {
+        let dir = TempDir()
+        let published = Published()
+        let journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        try await withThrowingTaskGroup(of: [Journal.Outcome].self) { group in
+            for batch in 0..<40 {
+                group.addTask { try await journal.append((0..<50).map { self.fix(batch * 50 + $0) }) }
+            }
+            for try await outcomes in group { #expect(outcomes.count == 50) }
+        }
+        #expect(journal.lastSeq == 2000)
+        #expect(published.all.map(\.seq) == Array(1...2000))
+        journal.shutdown()
+    }
+}
+
+@Suite struct IngestClientTests {
+    @Test func osmandFixturesAreDecodedAsTraccarDoes() async throws {
+        let now = Date(timeIntervalSince1970: 1_763_700_000)
+        let rows = String(decoding: try fixture("osmand.tsv"), as: UTF8.self).split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }
+        #expect(rows.count == 15)
+        var fixesByCase: [Int: Fix] = [:]
+        var motionTopics: [String] = []
+        for row in rows {
+            let number = Int(row[0])!, expectation = row[1], method = row[2], uri = row[3], contentType = row[4], body = row[5]
+            // Each request on its own journal: several of them describe the very same fix.
+            let harness = try IngestHarness(now: now)
+            defer { harness.journal.shutdown() }
+            let before = harness.published.count
+            let (path, query) = uri.firstIndex(of: "?").map { (String(uri[..<$0]), String(uri[uri.index(after: $0)...])) } ?? (uri, "")
+            var headers: [String: String] = [:]
+            if contentType != "-" { headers["Content-Type"] = contentType }
+            let response = await harness.send(method, path, query: query, headers: headers, body: body == "-" ? "" : body)
+            switch expectation {
+            case "verifyNull":
+                #expect(response.status == 401, "case \(number)")
+                #expect(String(decoding: response.body, as: UTF8.self).contains(#""field":"id""#), "case \(number)")
+                #expect(harness.published.count == before, "case \(number) stored something")
+            case "verifyNotNull":
+                // Cell and wifi only: no coordinates, acknowledged, nothing stored.
+                #expect(response.status == 200, "case \(number)")
+                #expect(harness.published.count == before, "case \(number)")
+            default:
+                #expect(response.status == 200, "case \(number): \(String(decoding: response.body, as: UTF8.self))")
+                #expect(harness.published.fixes.count == 1, "case \(number)")
+                fixesByCase[number] = harness.published.fixes.first
+                motionTopics += harness.published.all.map(\.topic).filter { $0.hasPrefix("motion.") }
+            }
+        }
+        // Values, against what Traccar's decoder yields.
+        let json4 = try #require(fixesByCase[4])
+        #expect(json4.device == "8737767034")
+        #expect(json4.time == date("2021-07-21T08:06:34.444Z"))
+        #expect(json4.lat == -6.1148096 && json4.lon == 106.6837015)
+        #expect(json4.speedMps == 18.67)  // m/s in the JSON body
+        #expect(json4.courseDeg == 63 && json4.altitudeM == 35.7 && json4.accuracyM == 3.8 && json4.battery == 0.79)
+        let json3 = try #require(fixesByCase[3])
+        #expect(json3.speedMps == nil && json3.courseDeg == nil && json3.battery == nil)  // -1 means unknown
+        #expect(json3.lat == 37.785834000000001)
+        #expect(fixesByCase[1]?.time == date("2025-06-15T13:45:12.862Z"))
+        #expect(fixesByCase[1]?.device == "48241179")
+        #expect(fixesByCase[7]?.time == date("2016-01-27T18:55:47Z"))
+        #expect(fixesByCase[7]?.altitudeM == 224 && fixesByCase[7]?.speedMps == 0)
+        #expect(fixesByCase[8]?.time == Date(timeIntervalSince1970: 1_442_068_686.579))  // epoch ms
+        #expect(fixesByCase[9]?.time == date("2014-06-04T09:10:11Z"))  // yyyy-MM-dd HH:mm:ss, UTC
+        #expect(fixesByCase[9]?.device == "353861053849681")
+        #expect(fixesByCase[10]?.time == Date(timeIntervalSince1970: 1_377_177_267))
+        #expect(fixesByCase[12]?.device == "123456")  // deviceid
+        #expect(fixesByCase[12]?.time == now)  // no timestamp: the time it arrived
+        #expect(fixesByCase[13]?.battery == 0.87)
+        #expect(fixesByCase[14]?.lat == 60 && fixesByCase[14]?.lon == 30)  // location=lat,lon
+        let knots = try #require(fixesByCase[15]?.speedMps)
+        #expect(abs(knots - 40 * 0.514444) < 1e-9)
+        #expect(fixesByCase[15]?.courseDeg == 7.19889788244)
+        #expect(fixesByCase[15]?.source == .osmand)
+        // Traccar Client's activity becomes a motion sample (only when it changes).
+        #expect(motionTopics == ["motion.48241179", "motion.48241179", "motion.658765", "motion.8737767034"])
+    }
+
+    @Test func ownTracksPayloads() async throws {
+        let harness = try IngestHarness()
+        let samples = try JSONSerialization.jsonObject(with: try fixture("owntracks.json")) as! [String: Any]
+        for sample in samples["samples"] as! [[String: Any]] {
+            let body = try JSONSerialization.data(withJSONObject: sample["payload"]!)
+            let auth = "Basic " + Data("jane:\(IngestHarness.token)".utf8).base64EncodedString()
+            let response = await harness.send("POST", "/owntracks", headers: ["Authorization": auth, "X-Limit-D": "nokia"], body: String(decoding: body, as: UTF8.self))
+            #expect(response.status == 200)
+            #expect(response.body == Array("[]".utf8))
+        }
+        let topics = harness.published.all.map(\.topic)
+        #expect(topics == ["fix.car", "fix.car", "fix.car", "client.transition.car", "fix.car", "fix.car", "client.transition.car"])
+        let fixes = harness.published.fixes
+        #expect(fixes[0] == Fix(
+            seq: 1, device: "car", time: Date(timeIntervalSince1970: 1_706_856_298), lat: 48.856826, lon: 2.292713, altitudeM: 154,
+            speedMps: 0, battery: 0.53, source: .owntracks, meta: ["tid": "j1", "x_limit_d": "nokia"]))
+        #expect(abs(fixes[1].speedMps! - 61 / 3.6) < 1e-12)  // km/h
+        #expect(fixes[1].courseDeg == 271 && fixes[1].accuracyM == 5 && fixes[1].meta?["topic"] == "owntracks/jane/iphone")
+        #expect(fixes[3].accuracyM == 1600 && fixes[3].battery == 0.99)
+        let transition = try BusJSON.decode(ClientTransition.self, from: harness.published.all[3].payload)
+        #expect(transition.event == "enter" && transition.region == "My favorite coffee shop (Delaville)")
+        #expect(transition.time == Date(timeIntervalSince1970: 1_707_057_574))
+
+        // Zero-length POSTs are legal and store nothing; the token, not the label, decides.
+        #expect(await harness.send("POST", "/pub", body: "").status == 200)
+        #expect(harness.published.count == 7)
+        harness.journal.shutdown()
+    }
+
+    @Test func overlandBatchesAndResends() async throws {
+        let harness = try IngestHarness()
+        let root = try JSONSerialization.jsonObject(with: try fixture("overland.json")) as! [String: Any]
+        let bodies = try (root["samples"] as! [[String: Any]]).map { String(decoding: try JSONSerialization.data(withJSONObject: $0["payload"]!), as: UTF8.self) }
+        for body in bodies {
+            let response = await harness.send("POST", "/overland", body: body)
+            #expect(response.status == 200)
+            #expect(String(decoding: response.body, as: UTF8.self) == #"{"result":"ok"}"#)
+        }
+        let fixes = harness.published.fixes
+        // Both bodies hold the same location: the second is a re-send. The action record is no fix.
+        #expect(fixes.count == 1)
+        #expect(fixes[0] == Fix(
+            seq: 1, device: "car", time: date("2015-10-01T15:00:00Z"), lat: 37.3318, lon: -122.030581, accuracyM: 30,
+            altitudeM: 0, speedMps: 4, battery: 0.8, source: .overland))
+        let motion = harness.published.all.filter { $0.topic == "motion.car" }.map { try! BusJSON.decode(MotionSample.self, from: $0.payload) }
+        #expect(motion.map(\.activity) == [.automotive])
+        // Re-sending the first batch changes nothing.
+        let count = harness.published.count
+        #expect(await harness.send("POST", "/overland", body: bodies[0]).status == 200)
+        #expect(harness.published.count == count)
+        harness.journal.shutdown()
+    }
+
+    @Test func gpsLoggerForms() async throws {
+        let harness = try IngestHarness()
+        let form = "latitude=52.5&longitude=13.4&device=pixel&accuracy=7.5&battery=64&speed=12.5&direction=90&altitude=40&time=2025-03-01T10%3A00%3A00.250Z"
+        let post = await harness.send("POST", "/gpslogger", headers: ["Authorization": "Bearer \(IngestHarness.token)", "Content-Type": "application/x-www-form-urlencoded"], body: form)
+        #expect(post.status == 200)
+        let get = await harness.send("GET", "/gpslogger", query: "lat=52.6&lon=13.5&timestamp=1740823200&spd=3&token=\(IngestHarness.token)", headers: [:])
+        #expect(get.status == 200)
+        let fixes = harness.published.fixes
+        #expect(fixes == [
+            Fix(seq: 1, device: "car", time: date("2025-03-01T10:00:00.250Z"), lat: 52.5, lon: 13.4, accuracyM: 7.5, altitudeM: 40,
+                speedMps: 12.5, courseDeg: 90, battery: 0.64, source: .gpslogger, meta: ["device": "pixel"]),
+            Fix(seq: 2, device: "car", time: Date(timeIntervalSince1970: 1_740_823_200), lat: 52.6, lon: 13.5, speedMps: 3, source: .gpslogger),
+        ])
+        harness.journal.shutdown()
+    }
+
+    @Test func nativeAPIMotionAndCheckin() async throws {
+        let harness = try IngestHarness()
+        let fixes = await harness.send("POST", "/api/v1/fixes", body: #"{"fixes":[{"time":"2025-05-05T05:05:05.5Z","lat":"1.5","lon":2,"speed_mps":-1,"device":"car"}]}"#)
+        #expect(String(decoding: fixes.body, as: UTF8.self) == #"{"accepted":1,"duplicates":0,"last_seq":1}"#)
+        let motion = await harness.send("POST", "/api/v1/motion", body: #"{"samples":[{"start":"2025-05-05T05:06:00Z","activity":"walking","confidence":"high"},{"start":"2025-05-05T05:07:00Z","activity":"walking","confidence":"high"}]}"#)
+        #expect(String(decoding: motion.body, as: UTF8.self) == #"{"accepted":2,"duplicates":0,"last_seq":3}"#)
+        let checkin = await harness.send("POST", "/api/v1/taxi/checkin", body: #"{"time":"2025-05-05T05:00:00Z"}"#)
+        #expect(checkin.status == 200)
+        #expect(harness.published.all.map(\.topic) == ["fix.car", "motion.car", "motion.car", "taxi.checkin.car"])
+        #expect(harness.published.fixes[0].speedMps == nil)
+        #expect(try BusJSON.decode(TaxiCheckin.self, from: harness.published.all[3].payload) == TaxiCheckin(seq: 4, device: "car", time: date("2025-05-05T05:00:00Z")))
+        harness.journal.shutdown()
+    }
+
+    static let badInput: [(String, String, String, Int, String)] = [
+        // (path, body, description, status, field)
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":91,"lon":0}]}"#, "latitude out of range", 400, "fixes[0].lat"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":0,"lon":-180.5}]}"#, "longitude out of range", 400, "fixes[0].lon"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":"NaN","lon":0}]}"#, "NaN", 400, "fixes[0].lat"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":"inf","lon":0}]}"#, "infinity", 400, "fixes[0].lat"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1e999,"lon":0}]}"#, "overflowing number", 400, "body"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"last tuesday","lat":1,"lon":0}]}"#, "unparseable time", 400, "fixes[0].time"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2030-01-01T00:00:00Z","lat":1,"lon":0}]}"#, "time in the future", 400, "fixes[0].time"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"1999-12-31T23:59:59Z","lat":1,"lon":0}]}"#, "time before 2000", 400, "fixes[0].time"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1}]}"#, "missing lon", 400, "fixes[0].lon"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2,"battery":5}]}"#, "battery over 1", 400, "fixes[0].battery"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2},"#, "malformed JSON", 400, "body"),
+        ("/api/v1/fixes", #"["fixes"]"#, "not an object", 400, "body"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2,"device":"bike"}]}"#, "another device", 403, "fixes[0].device"),
+        ("/api/v1/motion", #"{"samples":[{"start":"2025-01-01T00:00:00Z","activity":"flying","confidence":"high"}]}"#, "unknown activity", 400, "samples[0].activity"),
+        ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[200,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland longitude", 400, "locations[0].geometry.coordinates[0]"),
+        ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[1,1]},"properties":{}}]}"#, "overland timestamp", 400, "locations[0].properties.timestamp"),
+        ("/owntracks", #"{"_type":"location","lat":1,"lon":2}"#, "owntracks tst", 400, "tst"),
+        ("/owntracks", #"{"lat":1,"lon":2,"tst":1700000000}"#, "owntracks _type", 400, "_type"),
+    ]
+
+    @Test func badInputIsRefusedNamingTheFieldAndNothingIsStored() async throws {
+        let harness = try IngestHarness(now: date("2026-11-21T12:00:00Z"))
+        for (path, body, description, status, field) in Self.badInput {
+            let response = await harness.send("POST", path, body: body)
+            #expect(response.status == status, "\(description): \(String(decoding: response.body, as: UTF8.self))")
+            let error = try JSONSerialization.jsonObject(with: Data(response.body)) as? [String: [String: String]]
+            #expect(error?["error"]?["field"] == field, "\(description)")
+            #expect(error?["error"]?["code"]?.hasPrefix("ingest.") == true, "\(description)")
+        }
+        // A valid fix alongside a bad one in the same batch: the whole batch is refused.
+        let mixed = await harness.send("POST", "/api/v1/fixes", body: #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2},{"time":"2025-01-01T00:00:01Z","lat":100,"lon":2}]}"#)
+        #expect(mixed.status == 400)
+        #expect(harness.published.count == 0)
+        #expect(harness.journal.lastSeq == 0)
+        harness.journal.shutdown()
+    }
+
+    @Test func tokensDecideTheDevice() async throws {
+        let harness = try IngestHarness()
+        let body = #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2}]}"#
+        let missing = await harness.send("POST", "/api/v1/fixes", headers: [:], body: body)
+        #expect(missing.status == 401)
+        let unknown = await harness.send("POST", "/api/v1/fixes", headers: ["Authorization": "Bearer car-token-0123456780"], body: body)
+        #expect(unknown.status == 401)
+        #expect(!String(decoding: unknown.body, as: UTF8.self).contains("car-token"))
+        let viaQuery = await harness.send("POST", "/api/v1/fixes", query: "token=bike-token-0123456789", headers: [:], body: body)
+        #expect(viaQuery.status == 200)
+        // Overland's own device_id is kept as a label only.
+        let overland = #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[2,1]},"properties":{"timestamp":"2025-01-01T00:00:05Z","device_id":"bike"}}]}"#
+        #expect(await harness.send("POST", "/overland", body: overland).status == 200)
+        #expect(harness.published.fixes.map(\.device) == ["bike", "car"])
+        #expect(harness.published.fixes[1].meta == ["device_id": "bike"])
+        // Traccar ids work only for devices that allow it.
+        let byID = await harness.send("GET", "/", query: "id=car&lat=1&lon=2&timestamp=1700000000", headers: [:])
+        #expect(byID.status == 401)
+        let tooMany = "{\"fixes\":[" + Array(repeating: #"{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2}"#, count: 10_001).joined(separator: ",") + "]}"
+        let batch = await harness.send("POST", "/api/v1/fixes", body: tooMany)
+        #expect(batch.status == 413)
+        #expect(harness.published.count == 2)
+        harness.journal.shutdown()
+    }
+}
