@@ -85,13 +85,34 @@ public struct JSONWriter {
         needsComma = true
     }
 
+    public mutating func beginArray() {
+        separate()
+        bytes.append(UInt8(ascii: "["))
+        needsComma = false
+    }
+
+    public mutating func endArray() {
+        bytes.append(UInt8(ascii: "]"))
+        needsComma = true
+    }
+
+    mutating func literal(_ word: StaticString) {
+        separate()
+        bytes.append(contentsOf: UnsafeBufferPointer(start: word.utf8Start, count: word.utf8CodeUnitCount))
+        needsComma = true
+    }
+
+    /// After a key written with `string`: the value follows without a comma.
+    mutating func bytesAppendColon() {
+        bytes.append(UInt8(ascii: ":"))
+        needsComma = false
+    }
+
     public mutating func stringMap(_ map: [String: String]) {
         beginObject()
         for key in map.keys.sorted() {
-            separate()
             string(key)
-            bytes.append(UInt8(ascii: ":"))
-            needsComma = false
+            bytesAppendColon()
             string(map[key]!)
         }
         endObject()
@@ -377,5 +398,37 @@ extension JSONReader {
         default:
             return .number(try readDouble())
         }
+    }
+}
+
+extension JSONWriter {
+    /// Writes any JSON value; object keys are sorted, as everywhere on the bus.
+    public mutating func value(_ value: JSONValue) {
+        switch value {
+        case .object(let object):
+            beginObject()
+            for key in object.keys.sorted() {
+                string(key)
+                bytesAppendColon()
+                self.value(object[key]!)
+            }
+            endObject()
+        case .array(let items):
+            beginArray()
+            for item in items { self.value(item) }
+            endArray()
+        case .string(let text): string(text)
+        case .number(let number): self.number(number)
+        case .bool(let flag): literal(flag ? "true" : "false")
+        case .null: literal("null")
+        }
+    }
+}
+
+extension JSONValue {
+    public var encoded: [UInt8] {
+        var writer = JSONWriter()
+        writer.value(self)
+        return writer.bytes
     }
 }

@@ -123,6 +123,19 @@ struct ReplayReply: Decodable {
         #expect(afterRestart.lastSeq == 3)
         #expect(afterRestart.messages.map(\.payload) == [Fix(seq: 3, device: "car", time: date("2025-06-01T12:00:00.123Z"), lat: 48.2, lon: 16.37, speedMps: 13.5, source: .api)])
 
+        // Bulk import through ingest: counts, then a re-import that adds nothing.
+        let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
+        var finished = try await client.subscribe(["import.finished.car"]).makeAsyncIterator()
+        let imported = try await run("drivebus", ["import", "--config", path, "--device", "car", gpx])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.stdout == "\(gpx): 1525 points, 1525 imported, 0 already there, 0 refused, 0 without a time\n")
+        let again = try await run("drivebus", ["import", "--config", path, "--device", "car", gpx])
+        #expect(again.stdout == "\(gpx): 1525 points, 0 imported, 1525 already there, 0 refused, 0 without a time\n")
+        let done = try #require(await finished.next())
+        #expect(try done.decode(ImportFinished.self) == ImportFinished(seq: 1529, device: "car", file: "car_vienna_osm_1hz.gpx", fixes: 1525))
+        let unknown = try await run("drivebus", ["import", "--config", path, "--device", "nobody", gpx])
+        #expect(unknown.status != 0)
+
         await client.shutdown()
         ingest.signal(SIGTERM)
         bus.signal(SIGTERM)
