@@ -40,10 +40,11 @@ let package = Package(
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
+        .target(name: "DrivebusGeo", path: "Shared/Geo"),
         .target(
             name: "DrivebusKit",
             dependencies: [
-                "DrivebusZMQ", "DrivebusSchema", "CDrivebusSupport",
+                "DrivebusZMQ", "DrivebusSchema", "DrivebusGeo", "CDrivebusSupport",
                 .product(name: "Yams", package: "Yams"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
