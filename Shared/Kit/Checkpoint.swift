@@ -1,0 +1,41 @@
+import Foundation
+import Glibc
+
+/// A service's state on disk, `STATE/data/<name>.checkpoint.json`, replaced atomically (write a
+/// temporary file, fsync it, rename it over the old one, fsync the directory), so a crash leaves
+/// either the old checkpoint or the new one, never half of one.
+public struct CheckpointFile: Sendable {
+    public let path: String
+
+    public init(layout: StateLayout, name: String) {
+        path = "\(layout.dataDir)/\(name).checkpoint.json"
+    }
+
+    public func load<State: Decodable>(_ type: State.Type) throws -> State? {
+        guard let data = FileManager.default.contents(atPath: path) else { return nil }
+        return try JSONDecoder().decode(State.self, from: data)
+    }
+
+    public func save(_ state: some Encodable) throws {
+        let data = try JSONEncoder().encode(state)
+        let temporary = path + ".tmp"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        defer { close(fd) }
+        var written = 0
+        while written < data.count {
+            let n = data.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)
+            }
+            written += n
+        }
+        guard fsync(fd) == 0, rename(temporary, path) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            _ = fsync(directory)
+            close(directory)
+        }
+    }
+}

@@ -1,0 +1,214 @@
+import DrivebusSchema
+import Foundation
+import Logging
+import ServiceLifecycle
+import Synchronization
+
+/// A message from the ingest journal, live from the bus or replayed.
+public struct JournalMessage: Sendable {
+    public let seq: UInt64
+    public let topic: String
+    public let payload: [UInt8]
+
+    public init(seq: UInt64, topic: String, payload: [UInt8]) {
+        self.seq = seq
+        self.topic = topic
+        self.payload = payload
+    }
+
+    /// The topic without its device: `fix`, `taxi.checkin`…
+    public var type: String {
+        for type in JournalTopics.types where topic.hasPrefix(type + ".") { return type }
+        return topic
+    }
+}
+
+/// Every type ingest journals. A consumer subscribes to all of them, so the journal seqs it sees
+/// are contiguous and a gap is unmistakable.
+public enum JournalTopics {
+    public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped"]
+    static var prefixes: [String] { types.map { $0 + "." } }
+}
+
+/// An event a core derived, ready for the bus. Its id is computed from its inputs, so that a
+/// re-processed journal yields the same ids and stores deduplicate.
+public struct DerivedEvent: Sendable {
+    public let type: String
+    public let device: String?
+    public let id: String
+    public let payload: [UInt8]
+
+    public init(type: String, device: String?, id: String, payload: some Encodable) throws {
+        self.type = type
+        self.device = device
+        self.id = id
+        self.payload = try BusJSON.encode(payload)
+    }
+}
+
+/// Runs a pure core over the journal, exactly once per seq, across restarts:
+/// - on start it loads the checkpoint (the core's state, which includes its last seq), subscribes,
+///   and replays from ingest everything after the checkpoint;
+/// - live messages are applied in order; a seq gap (PUB/SUB dropped something) is filled by replay;
+/// - the state is checkpointed every `checkpointInterval` and at shutdown.
+/// `live` tells the core whether a message came straight off the bus or from a replay, which is
+/// what keeps a replayed fix from opening a gate.
+public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
+    public typealias Apply = @Sendable (inout Core, JournalMessage, _ live: Bool) -> [DerivedEvent]
+    public typealias Tick = @Sendable (inout Core, Date) -> [DerivedEvent]
+
+    private let context: ServiceContext
+    private let checkpoint: CheckpointFile
+    private let state: Mutex<Core>
+    private let lastSeqOf: @Sendable (Core) -> UInt64
+    private let apply: Apply
+    private let tick: Tick
+    private let tickInterval: Duration
+    private let checkpointInterval: Duration
+    private let seq = Atomic<UInt64>(0)
+    private let replayed = Atomic<Int>(0)
+
+    public init(
+        context: ServiceContext, initial: Core, lastSeq: @escaping @Sendable (Core) -> UInt64,
+        tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
+        apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
+    ) throws {
+        self.context = context
+        checkpoint = CheckpointFile(layout: context.config.layout, name: context.name.rawValue)
+        let restored = try checkpoint.load(Core.self)
+        state = Mutex(restored ?? initial)
+        lastSeqOf = lastSeq
+        self.apply = apply
+        self.tick = tick
+        self.tickInterval = tickInterval
+        self.checkpointInterval = checkpointInterval
+        seq.store(lastSeq(restored ?? initial), ordering: .relaxed)
+        if restored != nil { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(seq.load(ordering: .relaxed))"]) }
+    }
+
+    /// The last journal seq processed, for heartbeats and `health`.
+    public var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
+
+    /// Journal messages applied from replays rather than live (a metric of lost or late messages).
+    public var replayedCount: Int { replayed.load(ordering: .relaxed) }
+
+    /// Runs `body` on the core's state, for RPC handlers that read it.
+    public func withState<T>(_ body: (inout Core) -> T) -> T { state.withLock { body(&$0) } }
+
+    public func run() async throws {
+        // Subscribe first, so that nothing published during the catch-up is missed.
+        var messages = try await context.bus.subscribe(JournalTopics.prefixes).makeAsyncIterator()
+        try await catchUp(to: nil)
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask { try await self.periodic(self.tickInterval) { self.process(self.state.withLock { self.tick(&$0, Date()) }) } }
+            group.addTask { try await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
+            while !Task.isShuttingDownGracefully, let message = await messages.next() {
+                guard let seq = Self.journalSeq(message) else { continue }
+                let last = lastSeq
+                if seq <= last { continue }
+                if seq > last + 1 {
+                    context.logger.notice("journal gap: replaying", metadata: ["from": "\(last + 1)", "to": "\(seq - 1)"])
+                    try await catchUp(to: seq - 1)
+                }
+                apply(JournalMessage(seq: seq, topic: message.topic, payload: message.payload), live: true)
+            }
+            group.cancelAll()
+        }
+        saveCheckpoint()
+    }
+
+    private func apply(_ message: JournalMessage, live: Bool) {
+        // Replays and live messages can race for the same seq only before the catch-up ends.
+        let events = state.withLock { core -> [DerivedEvent] in
+            guard message.seq > lastSeqOf(core) else { return [] }
+            let events = apply(&core, message, live)
+            seq.store(max(message.seq, lastSeqOf(core)), ordering: .relaxed)
+            return events
+        }
+        process(events)
+    }
+
+    private func process(_ events: [DerivedEvent]) {
+        for event in events {
+            do {
+                try context.publisher.publish(event.type, device: event.device, payloadJSON: event.payload, id: event.id)
+            } catch {
+                context.logger.error("event \(event.id) not published: \(error)")
+            }
+        }
+    }
+
+    /// Replays from ingest until `target` (or the journal's end) has been applied.
+    private func catchUp(to target: UInt64?) async throws {
+        var attempt = 0
+        while true {
+            let from = lastSeq + 1
+            if let target, from > target { return }
+            let page: ReplayPage
+            do {
+                page = try await ReplayPage.fetch(from: from, limit: 2000, bus: context.bus)
+                attempt = 0
+            } catch {
+                // Ingest may be starting too: wait for it rather than give up.
+                attempt += 1
+                if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
+                try await Task.sleep(for: .milliseconds(min(200 * attempt, 2000)))
+                continue
+            }
+            for message in page.messages {
+                apply(message, live: false)
+                replayed.add(1, ordering: .relaxed)
+            }
+            if page.messages.isEmpty || lastSeq >= page.lastSeq { return }
+        }
+    }
+
+    private func saveCheckpoint() {
+        let snapshot = state.withLock { $0 }
+        do {
+            try checkpoint.save(snapshot)
+        } catch {
+            context.logger.error("checkpoint not saved: \(error)")
+        }
+    }
+
+    private func periodic(_ interval: Duration, _ body: @Sendable () -> Void) async throws {
+        while !Task.isCancelled {
+            try await Task.sleep(for: interval)
+            body()
+        }
+    }
+
+    /// The journal seq in a journaled payload.
+    static func journalSeq(_ message: BusMessage) -> UInt64? {
+        if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
+        return (try? message.decode(SeqOnly.self))?.seq
+    }
+}
+
+/// Every journaled payload carries its journal seq.
+private struct SeqOnly: Decodable { let seq: UInt64? }
+
+/// One page of ingest's `replay`.
+struct ReplayPage {
+    let lastSeq: UInt64
+    let messages: [JournalMessage]
+
+    static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
+        let request = Array(#"{"op":"replay","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.config.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
+        guard case .object(let root) = try JSONValue.parse(reply) else { throw RPCErrorBody.badRequest("replay reply is not an object") }
+        guard case .bool(true)? = root["ok"] else {
+            throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
+        }
+        guard case .number(let last)? = root["last_seq"], case .array(let items)? = root["messages"] else {
+            throw RPCErrorBody.badRequest("replay reply lacks last_seq or messages")
+        }
+        let messages = items.compactMap { item -> JournalMessage? in
+            guard case .object(let entry) = item, case .number(let seq)? = entry["seq"], case .string(let topic)? = entry["topic"],
+                  let payload = entry["payload"] else { return nil }
+            return JournalMessage(seq: UInt64(seq), topic: topic, payload: payload.encoded)
+        }
+        return ReplayPage(lastSeq: UInt64(last), messages: messages)
+    }
+}
