@@ -36,6 +36,11 @@ struct IngestRPC {
         var fixes: Int
     }
 
+    struct CheckinRequest: Decodable, Sendable {
+        var device: String
+        var time: Date?
+    }
+
     static let maxReplay = 10_000
 
     var handlers: [String: RPCHandler] {
@@ -68,23 +73,32 @@ struct IngestRPC {
                 do {
                     let summary = try await handler.publishLocal(device: request.device, body: body)
                     return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
-                } catch let error as IngestError {
-                    return Self.failure(.init(code: error.code, message: error.message))
                 } catch {
-                    return Self.failure(.init(code: "ingest.internal", message: String(describing: error)))
+                    return Self.failure(Self.rpcError(error))
+                }
+            },
+            "checkin": RPC.handler(CheckinRequest.self) { (request: CheckinRequest) throws(RPCErrorBody) -> PublishReply in
+                do {
+                    let seq = try await handler.checkinLocal(device: request.device, time: request.time)
+                    return PublishReply(accepted: 1, duplicates: 0, lastSeq: seq)
+                } catch {
+                    throw Self.rpcError(error)
                 }
             },
             "import_finished": RPC.handler(ImportFinishedRequest.self) { (request: ImportFinishedRequest) throws(RPCErrorBody) -> PublishReply in
                 do {
                     let seq = try await handler.finishImport(device: request.device, file: request.file, fixes: request.fixes)
                     return PublishReply(accepted: 1, duplicates: 0, lastSeq: seq)
-                } catch let error as IngestError {
-                    throw RPCErrorBody(code: error.code, message: error.message)
                 } catch {
-                    throw RPCErrorBody(code: "ingest.internal", message: String(describing: error))
+                    throw Self.rpcError(error)
                 }
             },
         ]
+    }
+
+    static func rpcError(_ error: any Error) -> RPCErrorBody {
+        guard let error = error as? IngestError else { return RPCErrorBody(code: "ingest.internal", message: String(describing: error)) }
+        return RPCErrorBody(code: error.code, message: error.message)
     }
 
     static func success<T: Codable & Sendable>(_ value: T) -> [UInt8] {

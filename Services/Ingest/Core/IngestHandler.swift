@@ -128,6 +128,15 @@ public final class IngestHandler: Sendable {
         return summarize(try await store(try parsers.nativeFixes(body, device: device, source: .import)))
     }
 
+    /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.
+    public func checkinLocal(device: String, time: Date?) async throws(IngestError) -> UInt64 {
+        guard devices.isKnown(device) else { throw .invalid("device", "unknown device \"\(device)\"") }
+        let at = time ?? parsers.normalizer.now()
+        try parsers.normalizer.checkTime(at, field: "time")
+        let records = [JournalRecord(.checkin(TaxiCheckin(device: device, time: Normalizer.milliseconds(at))))]
+        return summarize(try await store(records)).lastSeq
+    }
+
     /// Journals `import.finished.<device>`.
     public func finishImport(device: String, file: String, fixes: Int) async throws(IngestError) -> UInt64 {
         guard devices.isKnown(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
