@@ -11,9 +11,13 @@ public struct CheckpointFile: Sendable {
         path = "\(layout.dataDir)/\(name).checkpoint.json"
     }
 
-    public func load<State: Decodable>(_ type: State.Type) throws -> State? {
+    /// - Parameter userInfo: for states that need context to decode (the geofence engine needs
+    ///   its configuration, which is never written to disk because it holds secrets).
+    public func load<State: Decodable>(_ type: State.Type, userInfo: [CodingUserInfoKey: any Sendable] = [:]) throws -> State? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        return try JSONDecoder().decode(State.self, from: data)
+        let decoder = JSONDecoder()
+        decoder.userInfo = userInfo
+        return try decoder.decode(State.self, from: data)
     }
 
     public func save(_ state: some Encodable) throws {

@@ -1,3 +1,7 @@
+import CheckoutCore
+import GeofenceCore
+import ScorerCore
+import TripsCore
 import DrivebusSchema
 import DrivebusZMQ
 import Foundation
@@ -16,6 +20,11 @@ public struct DrivebusConfig: Sendable, Equatable {
     public var ingest: Ingest
     public var stats: Stats
     public var supervisor: Supervisor
+    public var checkout: CheckoutConfiguration
+    /// Zones, gates and the `geofence:` thresholds.
+    public var geofence: GeofenceConfiguration
+    public var trips: TripsConfiguration
+    public var scorer: ScorerConfiguration
 
     public struct Bus: Sendable, Equatable {
         /// Where publishers connect; `nil` means `ipc://STATE/run/bus.in`.
@@ -90,7 +99,11 @@ public struct DrivebusConfig: Sendable, Equatable {
             devices: [],
             ingest: Ingest(),
             stats: Stats(),
-            supervisor: Supervisor()
+            supervisor: Supervisor(),
+            checkout: CheckoutConfiguration(),
+            geofence: GeofenceConfiguration(),
+            trips: TripsConfiguration(),
+            scorer: ScorerConfiguration()
         )
     }
 
@@ -156,7 +169,8 @@ extension DrivebusConfig {
             throw ConfigError(path: "", reason: "not valid YAML: \(String(describing: error).split(separator: "\n").joined(separator: " "))")
         }
         let top = try ConfigMapping(root, path: "", allowed: [
-            "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor",
+            "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor", "checkout",
+            "zones", "gates", "geofence", "trips", "scorer",
         ])
         var config = defaults(workingDirectory: workingDirectory)
         if let stateDir = try top.string("state_dir") {
@@ -182,8 +196,175 @@ extension DrivebusConfig {
         config.supervisor.restartMaxS = try supervisor.double("restart_max_s", default: 30, in: config.supervisor.restartInitialS...3600)
         config.supervisor.stableAfterS = try supervisor.double("stable_after_s", default: 60, in: 0...86_400)
         config.supervisor.stopTimeoutS = try supervisor.double("stop_timeout_s", default: 10, in: 0.1...300)
+        config.checkout = try parseCheckout(top.mapping("checkout", allowed: [
+            "grace_period_s", "lead_time_s", "min_confidence", "max_ride_s", "riding_speed_mps",
+            "walking_speed_min_mps", "walking_speed_max_mps", "max_accuracy_m", "motion_memory_s",
+        ]))
+        config.geofence = try parseGeofence(top, devices: config.devices)
+        config.trips = try parseTrips(top)
+        config.scorer = try parseScorer(top, zones: config.geofence.zones)
         try config.validateSocketPaths()
         return config
+    }
+
+    private static func parseGeofence(_ top: ConfigMapping, devices: [Device]) throws(ConfigError) -> GeofenceConfiguration {
+        let section = try top.mapping("geofence", allowed: ["hysteresis_m", "min_dwell_s"])
+        var geofence = GeofenceConfiguration()
+        geofence.hysteresisM = try section.double("hysteresis_m", default: geofence.hysteresisM, in: 0...10_000)
+        geofence.minDwellS = try section.double("min_dwell_s", default: geofence.minDwellS, in: 0...86_400 * 7)
+        for (node, path) in try top.sequence("zones") {
+            let entry = try ConfigMapping(node, path: path, allowed: ["id", "circle", "polygon", "speed_limit_kmh"])
+            let id = try entry.requiredString("id")
+            let shape: Zone.Shape
+            switch (entry.has("circle"), entry.has("polygon")) {
+            case (true, false):
+                let circle = try entry.mapping("circle", allowed: ["lat", "lon", "radius_m"])
+                guard circle.has("lat"), circle.has("lon"), circle.has("radius_m") else {
+                    throw ConfigError(path: circle.path, reason: "needs lat, lon and radius_m")
+                }
+                shape = .circle(
+                    center: Coordinate(lat: try circle.double("lat", default: 0, in: -90...90), lon: try circle.double("lon", default: 0, in: -180...180)),
+                    radiusM: try circle.double("radius_m", default: 0, in: 1...1_000_000))
+            case (false, true):
+                var vertices: [Coordinate] = []
+                for (pair, pairPath) in try entry.sequence("polygon") {
+                    guard case .sequence(let numbers) = pair, numbers.count == 2, let lat = numbers[0].float, let lon = numbers[1].float,
+                          (-90...90).contains(lat), (-180...180).contains(lon) else {
+                        throw ConfigError(path: pairPath, reason: "expected [lat, lon] with lat from -90 to 90 and lon from -180 to 180")
+                    }
+                    vertices.append(Coordinate(lat: lat, lon: lon))
+                }
+                guard vertices.count >= 3 else { throw ConfigError(path: entry.keyPath("polygon"), reason: "needs at least 3 [lat, lon] points") }
+                shape = .polygon(vertices)
+            default:
+                throw ConfigError(path: path, reason: "needs exactly one of circle or polygon")
+            }
+            let limit = entry.has("speed_limit_kmh") ? try entry.double("speed_limit_kmh", default: 0, in: 1...500) : nil
+            geofence.zones.append(Zone(id: id, shape: shape, speedLimitKmh: limit))
+        }
+        for (node, path) in try top.sequence("gates") {
+            let entry = try ConfigMapping(node, path: path, allowed: [
+                "id", "zone", "devices", "on", "min_speed_mps", "motion", "cooldown_s", "max_age_s", "webhook",
+            ])
+            var gateDevices: [String]?
+            if entry.has("devices") {
+                gateDevices = try entry.sequence("devices").map { (node, itemPath) throws(ConfigError) -> String in
+                    guard let id = node.string, devices.contains(where: { $0.id == id }) else {
+                        throw ConfigError(path: itemPath, reason: "is not a device listed under devices")
+                    }
+                    return id
+                }
+            }
+            let on = try entry.string("on") ?? "enter"
+            guard let trigger = Gate.Trigger(rawValue: on) else { throw ConfigError(path: entry.keyPath("on"), reason: "expected enter or exit, got \"\(on)\"") }
+            var motion: MotionSample.Activity?
+            if let name = try entry.string("motion") {
+                guard let activity = MotionSample.Activity(rawValue: name) else {
+                    throw ConfigError(path: entry.keyPath("motion"), reason: "expected an activity such as automotive, got \"\(name)\"")
+                }
+                motion = activity
+            }
+            let hook = try entry.mapping("webhook", allowed: ["url", "method", "headers", "body", "secret", "timeout_s", "retries"])
+            var headers: [String: String] = [:]
+            if hook.has("headers") {
+                guard case .mapping(let mapping)? = hook.node("headers") else { throw ConfigError(path: hook.keyPath("headers"), reason: "expected a mapping of header names to values") }
+                for (name, value) in mapping {
+                    guard let name = name.string, let value = value.string else { throw ConfigError(path: hook.keyPath("headers"), reason: "header names and values must be strings") }
+                    headers[name] = value
+                }
+            }
+            let webhook = Webhook(
+                url: try hook.requiredString("url"), method: (try hook.string("method") ?? "POST").uppercased(), headers: headers,
+                body: try hook.string("body") ?? Webhook.defaultBody, secret: try hook.string("secret"),
+                timeoutS: try hook.double("timeout_s", default: 5, in: 0.1...120), retries: try hook.int("retries", default: 8, in: 0...100))
+            geofence.gates.append(Gate(
+                id: try entry.requiredString("id"), zone: try entry.requiredString("zone"), devices: gateDevices, on: trigger,
+                minSpeedMps: entry.has("min_speed_mps") ? try entry.double("min_speed_mps", default: 0, in: 0...100) : nil,
+                motion: motion, cooldownS: try entry.double("cooldown_s", default: 300, in: 0...86_400),
+                maxAgeS: try entry.double("max_age_s", default: 60, in: 1...86_400), webhook: webhook))
+        }
+        do {
+            try geofence.validate()
+        } catch {
+            throw ConfigError(path: error.path, reason: error.reason)
+        }
+        for (index, device) in devices.enumerated() {
+            if let home = device.home, !geofence.zones.contains(where: { $0.id == home }) {
+                throw ConfigError(path: "devices[\(index)].home", reason: "names zone \"\(home)\", which is not under zones")
+            }
+        }
+        return geofence
+    }
+
+    private static func parseTrips(_ top: ConfigMapping) throws(ConfigError) -> TripsConfiguration {
+        let keys: [(String, WritableKeyPath<TripsConfiguration, Double>)] = [
+            ("min_distance_m", \.minDistanceM), ("min_duration_s", \.minDurationS), ("stop_gap_s", \.stopGapS),
+            ("max_speed_mps", \.maxSpeedMps), ("max_accuracy_m", \.maxAccuracyM), ("idle_close_s", \.idleCloseS),
+            ("silent_after_s", \.silentAfterS), ("simplify_epsilon_m", \.simplifyEpsilonM), ("ascent_hysteresis_m", \.ascentHysteresisM),
+            ("walking_end_s", \.walkingEndS), ("distance_noise_m", \.distanceNoiseM),
+        ]
+        let section = try top.mapping("trips", allowed: Set(keys.map(\.0)))
+        var trips = TripsConfiguration()
+        for (key, path) in keys { trips[keyPath: path] = try section.double(key, default: trips[keyPath: path], in: 0...1e9) }
+        do {
+            try trips.validate()
+        } catch {
+            throw ConfigError(path: "trips.\(error.key)", reason: error.reason)
+        }
+        return trips
+    }
+
+    private static func parseScorer(_ top: ConfigMapping, zones: [Zone]) throws(ConfigError) -> ScorerConfiguration {
+        let keys: [(String, WritableKeyPath<ScorerConfiguration, Double>)] = [
+            ("harsh_brake_mps2", \.harshBrakeMps2), ("harsh_accel_mps2", \.harshAccelMps2), ("harsh_corner_mps2", \.harshCornerMps2),
+            ("corner_min_speed_mps", \.cornerMinSpeedMps), ("speeding_tolerance", \.speedingTolerance),
+            ("speeding_min_duration_s", \.speedingMinDurationS), ("smoothing_window_s", \.smoothingWindowS), ("max_gap_s", \.maxGapS),
+            ("max_accuracy_m", \.maxAccuracyM), ("episode_gap_s", \.episodeGapS), ("release_fraction", \.releaseFraction),
+            ("score_min_distance_km", \.scoreMinDistanceKm), ("score_min_duration_s", \.scoreMinDurationS),
+        ]
+        let section = try top.mapping("scorer", allowed: Set(keys.map(\.0) + ["speed_limit_kmh", "weights", "history_fixes"]))
+        var scorer = ScorerConfiguration()
+        for (key, path) in keys { scorer[keyPath: path] = try section.double(key, default: scorer[keyPath: path], in: -1e6...1e9) }
+        if section.has("speed_limit_kmh") { scorer.speedLimitKmh = try section.double("speed_limit_kmh", default: 0, in: 1...500) }
+        scorer.historyFixes = try section.int("history_fixes", default: scorer.historyFixes, in: 16...1_000_000)
+        let weightKeys: [(String, WritableKeyPath<ScorerConfiguration.Weights, Double>)] = [
+            ("harsh_brake", \.harshBrake), ("harsh_accel", \.harshAccel), ("harsh_corner", \.harshCorner), ("speeding_s_per_h", \.speedingSPerH),
+        ]
+        let weights = try section.mapping("weights", allowed: Set(weightKeys.map(\.0)))
+        for (key, path) in weightKeys { scorer.weights[keyPath: path] = try weights.double(key, default: scorer.weights[keyPath: path], in: 0...1000) }
+        // Per-zone limits come from the zones themselves (zones[].speed_limit_kmh).
+        scorer.zoneSpeedLimits = zones.compactMap { zone in
+            guard let limit = zone.speedLimitKmh else { return nil }
+            switch zone.shape {
+            case .circle(let center, let radiusM): return ZoneLimit(id: zone.id, center: center, radiusM: radiusM, speedLimitKmh: limit)
+            case .polygon(let vertices): return ZoneLimit(id: zone.id, polygon: vertices, speedLimitKmh: limit)
+            }
+        }
+        do {
+            try scorer.validate()
+        } catch {
+            throw ConfigError(path: "scorer.\(error.key)", reason: error.reason)
+        }
+        return scorer
+    }
+
+    private static func parseCheckout(_ section: ConfigMapping) throws(ConfigError) -> CheckoutConfiguration {
+        var checkout = CheckoutConfiguration()
+        checkout.gracePeriodS = try section.double("grace_period_s", default: checkout.gracePeriodS, in: 0...3600)
+        checkout.leadTimeS = try section.double("lead_time_s", default: checkout.leadTimeS, in: 1...3600)
+        if let confidence = try section.string("min_confidence") {
+            guard let parsed = MotionSample.Confidence(rawValue: confidence) else {
+                throw ConfigError(path: section.keyPath("min_confidence"), reason: "expected low, medium or high, got \"\(confidence)\"")
+            }
+            checkout.minConfidence = parsed
+        }
+        checkout.maxRideS = try section.double("max_ride_s", default: checkout.maxRideS, in: 60...604_800)
+        checkout.ridingSpeedMps = try section.double("riding_speed_mps", default: checkout.ridingSpeedMps, in: 0.5...100)
+        checkout.walkingSpeedMinMps = try section.double("walking_speed_min_mps", default: checkout.walkingSpeedMinMps, in: 0...checkout.ridingSpeedMps)
+        checkout.walkingSpeedMaxMps = try section.double("walking_speed_max_mps", default: checkout.walkingSpeedMaxMps, in: checkout.walkingSpeedMinMps...checkout.ridingSpeedMps)
+        checkout.maxAccuracyM = try section.double("max_accuracy_m", default: checkout.maxAccuracyM, in: 1...100_000)
+        checkout.motionMemoryS = try section.double("motion_memory_s", default: checkout.motionMemoryS, in: 0...31_536_000)
+        return checkout
     }
 
     private static func parseBus(_ bus: ConfigMapping) throws(ConfigError) -> Bus {

@@ -54,13 +54,19 @@ public struct DerivedEvent: Sendable {
 /// `live` tells the core whether a message came straight off the bus or from a replay, which is
 /// what keeps a replayed fix from opening a gate.
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
+    /// What is checkpointed: the core's state and the last journal seq it has seen (including
+    /// messages of types the core ignores).
+    struct Checkpoint: Codable, Sendable {
+        var lastSeq: UInt64
+        var core: Core
+    }
+
     public typealias Apply = @Sendable (inout Core, JournalMessage, _ live: Bool) -> [DerivedEvent]
     public typealias Tick = @Sendable (inout Core, Date) -> [DerivedEvent]
 
     private let context: ServiceContext
     private let checkpoint: CheckpointFile
-    private let state: Mutex<Core>
-    private let lastSeqOf: @Sendable (Core) -> UInt64
+    private let state: Mutex<Checkpoint>
     private let apply: Apply
     private let tick: Tick
     private let tickInterval: Duration
@@ -68,22 +74,26 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let seq = Atomic<UInt64>(0)
     private let replayed = Atomic<Int>(0)
 
+    /// - Parameters:
+    ///   - initial: the core for a first start, with no checkpoint.
+    ///   - configure: applied to a core restored from a checkpoint, so that today's config wins.
     public init(
-        context: ServiceContext, initial: Core, lastSeq: @escaping @Sendable (Core) -> UInt64,
+        context: ServiceContext, initial: Core, configure: (inout Core) -> Void = { _ in },
+        decodingUserInfo: [CodingUserInfoKey: any Sendable] = [:],
         tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
     ) throws {
         self.context = context
         checkpoint = CheckpointFile(layout: context.config.layout, name: context.name.rawValue)
-        let restored = try checkpoint.load(Core.self)
-        state = Mutex(restored ?? initial)
-        lastSeqOf = lastSeq
+        var restored = try checkpoint.load(Checkpoint.self, userInfo: decodingUserInfo)
+        if restored != nil { configure(&restored!.core) }
+        state = Mutex(restored ?? Checkpoint(lastSeq: 0, core: initial))
         self.apply = apply
         self.tick = tick
         self.tickInterval = tickInterval
         self.checkpointInterval = checkpointInterval
-        seq.store(lastSeq(restored ?? initial), ordering: .relaxed)
-        if restored != nil { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(seq.load(ordering: .relaxed))"]) }
+        seq.store(restored?.lastSeq ?? 0, ordering: .relaxed)
+        if let restored { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(restored.lastSeq)"]) }
     }
 
     /// The last journal seq processed, for heartbeats and `health`.
@@ -93,16 +103,16 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     public var replayedCount: Int { replayed.load(ordering: .relaxed) }
 
     /// Runs `body` on the core's state, for RPC handlers that read it.
-    public func withState<T>(_ body: (inout Core) -> T) -> T { state.withLock { body(&$0) } }
+    public func withState<T>(_ body: (inout Core) -> T) -> T { state.withLock { body(&$0.core) } }
 
     public func run() async throws {
         // Subscribe first, so that nothing published during the catch-up is missed.
-        var messages = try await context.bus.subscribe(JournalTopics.prefixes).makeAsyncIterator()
+        var messages = try await context.bus.subscribe(JournalTopics.prefixes).cancelOnGracefulShutdown().makeAsyncIterator()
         try await catchUp(to: nil)
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { try await self.periodic(self.tickInterval) { self.process(self.state.withLock { self.tick(&$0, Date()) }) } }
-            group.addTask { try await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
-            while !Task.isShuttingDownGracefully, let message = await messages.next() {
+            group.addTask { await self.periodic(self.tickInterval) { self.process(self.state.withLock { self.tick(&$0.core, Date()) }) } }
+            group.addTask { await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
+            while let message = try await messages.next() {
                 guard let seq = Self.journalSeq(message) else { continue }
                 let last = lastSeq
                 if seq <= last { continue }
@@ -119,13 +129,17 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     private func apply(_ message: JournalMessage, live: Bool) {
         // Replays and live messages can race for the same seq only before the catch-up ends.
-        let events = state.withLock { core -> [DerivedEvent] in
-            guard message.seq > lastSeqOf(core) else { return [] }
-            let events = apply(&core, message, live)
-            seq.store(max(message.seq, lastSeqOf(core)), ordering: .relaxed)
+        let events = state.withLock { checkpoint -> [DerivedEvent] in
+            guard message.seq > checkpoint.lastSeq else { return [] }
+            let events = apply(&checkpoint.core, message, live)
+            checkpoint.lastSeq = message.seq
+            seq.store(message.seq, ordering: .relaxed)
             return events
         }
         process(events)
+        // Checkpoint right after publishing what a message produced: a crash can then re-publish
+        // an event (same id, which stores deduplicate) but never lose one.
+        if !events.isEmpty { saveCheckpoint() }
     }
 
     private func process(_ events: [DerivedEvent]) {
@@ -141,7 +155,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// Replays from ingest until `target` (or the journal's end) has been applied.
     private func catchUp(to target: UInt64?) async throws {
         var attempt = 0
-        while true {
+        while !Task.isShuttingDownGracefully {
             let from = lastSeq + 1
             if let target, from > target { return }
             let page: ReplayPage
@@ -152,7 +166,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 // Ingest may be starting too: wait for it rather than give up.
                 attempt += 1
                 if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
-                try await Task.sleep(for: .milliseconds(min(200 * attempt, 2000)))
+                let pause = Duration.milliseconds(min(200 * attempt, 2000))
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
                 continue
             }
             for message in page.messages {
@@ -172,9 +187,9 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         }
     }
 
-    private func periodic(_ interval: Duration, _ body: @Sendable () -> Void) async throws {
-        while !Task.isCancelled {
-            try await Task.sleep(for: interval)
+    /// Runs `body` every `interval` until the task is cancelled, which is how it ends.
+    private func periodic(_ interval: Duration, _ body: @Sendable () -> Void) async {
+        while (try? await Task.sleep(for: interval)) != nil {
             body()
         }
     }

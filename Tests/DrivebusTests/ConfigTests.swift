@@ -30,6 +30,7 @@ import Testing
             heartbeat_interval_s: 0.5
             ingest: {listen: "0.0.0.0:6055", max_body_bytes: 1048576}
             stats: {listen: "[::1]:9000"}
+            zones: [{id: home, circle: {lat: 48.2, lon: 16.37, radius_m: 100}}]
             devices:
               - {id: car, token: "s3cret-token", home: home}
               - {id: taxi-phone, allow_id_auth: true}
@@ -63,6 +64,15 @@ import Testing
         ("bus: {in: \"udp://x\"}", "config error: bus.in: expected an ipc:// or tcp:// endpoint"),
         ("ingest: [1, 2]", "config error: ingest: expected a mapping of keys"),
         ("a: [unclosed", "config error: not valid YAML"),
+        ("devices: [{id: car, token: abcdefgh, home: house}]", #"config error: devices[0].home: names zone "house", which is not under zones"#),
+        ("zones: [{id: a, circle: {lat: 1, lon: 2}}]", "config error: zones[0].circle: needs lat, lon and radius_m"),
+        ("zones: [{id: a, polygon: [[1, 2], [3]]}]", "config error: zones[0].polygon[1]: expected [lat, lon]"),
+        ("zones: [{id: a, circle: {lat: 1, lon: 2, radius_m: 5}, polygon: [[1,2],[2,3],[3,1]]}]", "config error: zones[0]: needs exactly one of circle or polygon"),
+        ("gates: [{id: g, zone: a, webhook: {url: 'http://x/'}}]", "config error: gates[0].zone"),
+        ("zones: [{id: a, circle: {lat: 1, lon: 2, radius_m: 50}}]\ngates: [{id: g, zone: a, on: arrive, webhook: {url: 'http://x/'}}]", #"config error: gates[0].on: expected enter or exit, got "arrive""#),
+        ("zones: [{id: a, circle: {lat: 1, lon: 2, radius_m: 50}}]\ngates: [{id: g, zone: a}]", "config error: gates[0].webhook.url: is required"),
+        ("checkout: {min_confidence: certain}", #"config error: checkout.min_confidence: expected low, medium or high, got "certain""#),
+        ("checkout: {lead_time_s: 0}", "config error: checkout.lead_time_s: must be from 1 to 3600, got 0"),
     ])
     func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
         let message = error(yaml)
@@ -75,9 +85,11 @@ import Testing
         let config = try DrivebusConfig.parse(yaml: try String(contentsOf: example, encoding: .utf8), workingDirectory: "/srv")
         #expect(config.stateDir == "/srv/var")
         #expect(config.devices.map(\.id) == ["car", "taxi-phone"])
+        #expect(config.geofence.zones.map(\.id) == ["home", "gate", "parking"])
         #expect(config == {
             var expected = DrivebusConfig.defaults(workingDirectory: "/srv")
             expected.devices = config.devices
+            expected.geofence.zones = config.geofence.zones
             return expected
         }(), "the example documents the defaults")
     }

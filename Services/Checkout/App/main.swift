@@ -1,3 +1,34 @@
+import CheckoutCore
 import DrivebusKit
 
-await ServiceRunner.main(.checkout)
+await ServiceRunner.main(.checkout) { context in
+    let configuration = context.config.checkout
+    let consumer = try JournalConsumer(
+        context: context,
+        initial: CheckoutDetector(configuration: configuration),
+        configure: { $0.configuration = configuration },
+        apply: { detector, message, _ in
+            let input: CheckoutInput
+            switch message.type {
+            case "taxi.checkin":
+                guard let checkin = try? BusJSON.decode(TaxiCheckin.self, from: message.payload) else { return [] }
+                input = .checkin(checkin)
+            case "motion":
+                guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return [] }
+                input = .motion(sample)
+            case "fix":
+                guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
+                input = .fix(fix)
+            default:
+                return []
+            }
+            return published(detector.handle(input))
+        },
+        tick: { detector, now in published(detector.handle(.tick(now: now))) }
+    )
+    return ServiceParts(services: [consumer], lastSeq: { ["journal": consumer.lastSeq] })
+}
+
+func published(_ checkouts: [TaxiCheckout]) -> [DerivedEvent] {
+    checkouts.compactMap { try? DerivedEvent(type: "taxi.checkout", device: $0.device, id: $0.eventID, payload: $0) }
+}

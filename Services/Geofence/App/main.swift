@@ -1,3 +1,34 @@
+import AsyncHTTPClient
 import DrivebusKit
+import Foundation
+import GeofenceCore
 
-await ServiceRunner.main(.geofence)
+await ServiceRunner.main(.geofence) { context in
+    let configuration = context.config.geofence
+    let outbox = try Outbox(path: context.config.layout.dataDir + "/outbox.sqlite")
+    let delivery = GateDelivery(context: context, outbox: outbox, gates: configuration.gates, sender: WebhookSender(client: .shared))
+    let consumer = try JournalConsumer(
+        context: context,
+        initial: GeofenceEngine(configuration: configuration),
+        decodingUserInfo: [GeofenceEngine.configurationKey: configuration],
+        apply: { engine, message, live in
+            let input: GeofenceInput
+            switch message.type {
+            case "fix":
+                guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
+                input = .fix(fix, live: live)
+            case "motion":
+                guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return [] }
+                input = .motion(sample)
+            default:
+                return []
+            }
+            return delivery.route(engine.handle(input, now: Date()))
+        },
+        tick: { engine, now in delivery.route(engine.handle(.tick(now: now), now: now)) }
+    )
+    return ServiceParts(
+        services: [consumer, delivery],
+        rpc: ["outbox": { _ in GateDelivery.outboxReply(outbox) }],
+        lastSeq: { ["journal": consumer.lastSeq] })
+}

@@ -271,6 +271,32 @@ struct ClientParsers: Sendable {
         return records
     }
 
+    func sessionStart(_ body: [UInt8], device: String) throws -> [JournalRecord] {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let candidate = try root.string("candidate"), !candidate.isEmpty, candidate.count <= 200 else {
+            throw IngestError.invalid("candidate", "is required (at most 200 characters)")
+        }
+        let time = try root.time("time")?.value ?? normalizer.now()
+        try normalizer.checkTime(time, field: "time")
+        return [JournalRecord(.sessionStarted(SessionStarted(
+            sessionID: "", device: device, candidate: candidate, instructor: try root.string("instructor"), note: try root.string("note"),
+            time: Normalizer.milliseconds(time))))]
+    }
+
+    func sessionStop(_ body: [UInt8], device: String, open: String?) throws -> [JournalRecord] {
+        var time = normalizer.now()
+        var id = open ?? ""
+        if !body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {
+            let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+            if let given = try root.time("time") {
+                try normalizer.checkTime(given.value, field: given.field)
+                time = given.value
+            }
+            if let named = try root.string("session_id") { id = named }
+        }
+        return [JournalRecord(.sessionStopped(SessionStopped(sessionID: id, device: device, time: Normalizer.milliseconds(time))))]
+    }
+
     func checkin(_ body: [UInt8], device: String) throws -> [JournalRecord] {
         var time = normalizer.now()
         if !body.allSatisfy({ $0 == 0x20 || $0 == 0x0A || $0 == 0x0D || $0 == 0x09 }) {

@@ -47,6 +47,9 @@ public final class IngestHandler: Sendable {
     private let parsers: ClientParsers
     private let journal: Journal
     private let motion = MotionChanges()
+    /// The open driving-school session of each device, so that a stop can name it. After a
+    /// restart a stop without `session_id` closes whatever session consumers have open.
+    private let sessions = Mutex<[String: String]>([:])
 
     public init(config: DrivebusConfig, journal: Journal, now: @escaping @Sendable () -> Date = { Date() }) {
         devices = DeviceDirectory(config.devices)
@@ -112,6 +115,21 @@ public final class IngestHandler: Sendable {
             try expect(method, ["POST"])
             let device = try authenticate(request, parameters: try queryParameters(request))
             return try await nativeReply(try await store(try parsers.nativeMotion(request.body, device: device)))
+        case "/api/v1/sessions/start":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            let outcomes = try await store(try parsers.sessionStart(request.body, device: device))
+            guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not started") }
+            let id = JournalRecord.sessionID(device: device, seq: seq)
+            sessions.withLock { $0[device] = id }
+            return .json(#"{"session_id":"\#(id)","last_seq":\#(seq)}"#)
+        case "/api/v1/sessions/stop":
+            try expect(method, ["POST"])
+            let device = try authenticate(request, parameters: try queryParameters(request))
+            let open = sessions.withLock { $0.removeValue(forKey: device) }
+            let outcomes = try await store(try parsers.sessionStop(request.body, device: device, open: open))
+            guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not stopped") }
+            return .json(#"{"last_seq":\#(seq)}"#)
         case "/api/v1/taxi/checkin":
             try expect(method, ["POST"])
             let device = try authenticate(request, parameters: try queryParameters(request))

@@ -314,6 +314,8 @@ public struct JournalRecord: Sendable {
         case transition(ClientTransition)
         case checkin(TaxiCheckin)
         case importFinished(ImportFinished)
+        case sessionStarted(SessionStarted)
+        case sessionStopped(SessionStopped)
     }
 
     public let kind: Kind
@@ -327,6 +329,8 @@ public struct JournalRecord: Sendable {
         case .transition(let transition): transition.device
         case .checkin(let checkin): checkin.device
         case .importFinished(let finished): finished.device
+        case .sessionStarted(let session): session.device
+        case .sessionStopped(let session): session.device
         }
     }
 
@@ -338,6 +342,8 @@ public struct JournalRecord: Sendable {
         case .transition: "client.transition"
         case .checkin: "taxi.checkin"
         case .importFinished: "import.finished"
+        case .sessionStarted: "session.started"
+        case .sessionStopped: "session.stopped"
         }
     }
 
@@ -351,6 +357,8 @@ public struct JournalRecord: Sendable {
         case .transition(var transition): transition.device = device; return JournalRecord(.transition(transition))
         case .checkin(var checkin): checkin.device = device; return JournalRecord(.checkin(checkin))
         case .importFinished(var finished): finished.device = device; return JournalRecord(.importFinished(finished))
+        case .sessionStarted(var session): session.device = device; return JournalRecord(.sessionStarted(session))
+        case .sessionStopped(var session): session.device = device; return JournalRecord(.sessionStopped(session))
         }
     }
 
@@ -372,7 +380,22 @@ public struct JournalRecord: Sendable {
         case .importFinished(var finished):
             finished.seq = seq
             return try! BusJSON.encode(finished)
+        case .sessionStarted(var session):
+            // A session is known by the device and the journal seq that started it.
+            if session.sessionID.isEmpty { session.sessionID = Self.sessionID(device: session.device, seq: seq) }
+            return Self.withSeq(try! BusJSON.encode(session), seq)
+        case .sessionStopped(let session):
+            return Self.withSeq(try! BusJSON.encode(session), seq)
         }
+    }
+
+    public static func sessionID(device: String, seq: UInt64) -> String { "\(device)-\(seq)" }
+
+    /// Adds `"seq":N` to an encoded JSON object: every journaled payload carries its seq.
+    static func withSeq(_ object: [UInt8], _ seq: UInt64) -> [UInt8] {
+        guard object.count >= 2, object.first == UInt8(ascii: "{") else { return object }
+        let rest = object.dropFirst()
+        return Array(#"{"seq":\#(seq)"#.utf8) + (rest.first == UInt8(ascii: "}") ? [] : [UInt8(ascii: ",")]) + rest
     }
 
     var dedupKey: DedupKey? {

@@ -1,3 +1,15 @@
 import DrivebusKit
+import TripsCore
 
-await ServiceRunner.main(.trips)
+await ServiceRunner.main(.trips) { context in
+    let consumer = try JournalConsumer(
+        context: context,
+        initial: TripSegmenter(configuration: context.config.trips),
+        apply: { segmenter, message, _ in
+            guard let input = TripsInput(message) else { return [] }
+            return segmenter.handle(input).compactMap(\.derived)
+        },
+        tick: { segmenter, now in segmenter.handle(.tick(now: now)).compactMap(\.derived) }
+    )
+    return ServiceParts(services: [consumer], lastSeq: { ["journal": consumer.lastSeq] })
+}

@@ -1,0 +1,570 @@
+import DrivebusSchema
+import Foundation
+
+/// One device's scorer: a smoothing window over its recent fixes, four episode detectors, running
+/// totals remembered by seq (so a trip announced late is still measured exactly), and its open
+/// trip and session.
+struct DeviceState: Sendable, Codable {
+    let device: String
+
+    // The current segment: fixes with no gap longer than `max_gap_s` between them.
+    private var window = Queue<Sample>()
+    /// Index in `window` of the first fix not yet evaluated (its window is not complete yet).
+    private var nextCentre = 0
+    private var headingRaw: Double?
+    private var headingUnwrapped = 0.0
+    private var lastEvaluatedTime: Double?
+
+    /// The last fix kept, for speed, bearing and distance from positions.
+    private var lastFix: Position?
+    private(set) var newestSeq: UInt64 = 0
+
+    /// Totals over every evaluated fix so far, and their values after each recent fix.
+    private var totals = Totals()
+    private var history = Queue<HistoryRecord>()
+    /// The newest record dropped from `history`.
+    private var evicted: HistoryRecord?
+
+    private var brake = Episode()
+    private var accel = Episode()
+    private var corner = Episode()
+    private var speeding = Episode()
+
+    /// Events published and not yet part of a scored trip.
+    private var events: [DriveEvent] = []
+    private var trip: OpenTrip?
+    private var session: DriveSession?
+    /// Recently scored trip ids, so a repeated `trip.ended` is ignored.
+    private var scored: [String] = []
+
+    static let maxEvents = 1024
+    static let maxBacktrackS = 3600.0
+    static let maxAbsTime = 1e11  // about the year 5100
+    static let maxScored = 64
+
+    init(device: String) { self.device = device }
+
+    // MARK: Fixes
+
+    mutating func add(_ fix: Fix, seq: UInt64, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        let t = fix.time.timeIntervalSince1970
+        // Times far outside any plausible clock are refused: they could not even be printed.
+        guard abs(t) < Self.maxAbsTime, fix.lat.isFinite, fix.lon.isFinite, abs(fix.lat) <= 90, abs(fix.lon) <= 180 else { return }
+        if let accuracy = fix.accuracyM, !(accuracy <= tuning.maxAccuracy) { return }
+        newestSeq = seq
+        var dt = Double.infinity
+        var offset = (x: 0.0, y: 0.0)
+        if let last = lastFix {
+            if t > last.t {
+                dt = t - last.t
+                offset = Kinematics.offset(fromLat: last.lat, lon: last.lon, toLat: fix.lat, lon: fix.lon)
+            } else if last.t - t <= Self.maxBacktrackS {
+                // No newer than the last one: a re-send or out of order, nothing to differentiate.
+                return
+            }
+            // Far in the past: the last fix's clock was wrong, or old fixes arrive late. Either
+            // way a new segment, so one bad time cannot block the device.
+        }
+        lastFix = Position(t: t, lat: fix.lat, lon: fix.lon)
+        let distance = (offset.x * offset.x + offset.y * offset.y).squareRoot()
+        let continuous = dt <= tuning.maxGap
+        if !continuous, window.count > 0 { endSegment(tuning, &out) }
+
+        var sample = Sample(seq: seq, t: t, lat: fix.lat, lon: fix.lon, distance: distance)
+        if let speed = fix.speedMps, speed >= 0, speed < Tuning.maxSpeed {
+            sample.speed = speed
+            sample.flags = Sample.hasSpeed
+        } else if continuous, distance / dt < Tuning.maxSpeed {
+            sample.speed = distance / dt
+            sample.flags = Sample.hasSpeed
+        }
+        if sample.flags != 0, sample.speed >= Tuning.minHeadingSpeed {
+            var raw: Double?
+            if let course = fix.courseDeg, course >= 0, course <= 360 {
+                raw = course
+            } else if continuous, distance >= 0.5 {
+                raw = atan2(offset.x, offset.y) * 180 / .pi
+            }
+            if let raw {
+                // Unwrap so a turn through north is continuous: 350°, 10° → 350, 370.
+                if let previous = headingRaw {
+                    var step = (raw - previous).truncatingRemainder(dividingBy: 360)
+                    if step > 180 { step -= 360 } else if step < -180 { step += 360 }
+                    headingUnwrapped += step
+                } else {
+                    headingUnwrapped = raw
+                }
+                headingRaw = raw
+                sample.heading = headingUnwrapped
+                sample.flags |= Sample.hasHeading
+            }
+        }
+
+        if window.count >= Tuning.maxWindowSamples {
+            // More fixes than a window should hold: thin the oldest, evaluated first.
+            if nextCentre == 0 { evaluate(0, tuning, &out) }
+            if window.count >= Tuning.maxWindowSamples {
+                window.removeFirst(1)
+                nextCentre = max(nextCentre - 1, 0)
+            }
+        }
+        window.append(sample)
+        // Every fix whose window is now complete, in order.
+        while nextCentre < window.count, t - window[nextCentre].t > tuning.halfWindow {
+            evaluate(nextCentre, tuning, &out)
+        }
+    }
+
+    /// Smooths around fix `k` (least-squares slopes of speed and heading over ±half a window),
+    /// adds it to the totals and feeds the episode detectors.
+    private mutating func evaluate(_ k: Int, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        let centre = window[k]
+        let tc = centre.t
+        var low = k
+        while low > 0, tc - window[low - 1].t <= tuning.halfWindow { low -= 1 }
+        var high = k
+        while high + 1 < window.count, window[high + 1].t - tc <= tuning.halfWindow { high += 1 }
+
+        var n = 0.0, sumT = 0.0, sumV = 0.0, sumTT = 0.0, sumTV = 0.0
+        var nHeading = 0.0, sumH = 0.0, sumTH = 0.0
+        var firstT = Double.infinity, lastT = -Double.infinity
+        let reference = centre.heading
+        for index in low...high {
+            let sample = window[index]
+            guard sample.flags & Sample.hasSpeed != 0 else { continue }
+            let dt = sample.t - tc
+            n += 1
+            sumT += dt
+            sumV += sample.speed
+            sumTT += dt * dt
+            sumTV += dt * sample.speed
+            firstT = min(firstT, dt)
+            lastT = max(lastT, dt)
+            if sample.flags & Sample.hasHeading != 0 {
+                let dh = sample.heading - reference
+                nHeading += 1
+                sumH += dh
+                sumTH += dt * dh
+            }
+        }
+        var acceleration: Double?
+        var lateral: Double?
+        let meanSpeed: Double? = n > 0 ? sumV / n : nil
+        // Fixes a few milliseconds apart would turn noise into huge slopes.
+        if n >= 2, lastT - firstT >= 0.5 {
+            let denominator = n * sumTT - sumT * sumT
+            acceleration = (n * sumTV - sumT * sumV) / denominator
+            if nHeading == n, let speed = meanSpeed, speed >= tuning.cornerMinSpeed {
+                let yawDegreesPerSecond = (n * sumTH - sumT * sumH) / denominator
+                lateral = speed * abs(yawDegreesPerSecond) * .pi / 180
+            }
+        }
+
+        totals.distanceM += centre.distance
+        if let a = acceleration {
+            totals.accelerationSum += a
+            totals.accelerationSquares += a * a
+            totals.accelerationCount += 1
+        }
+        var limit: Double?
+        var speedKmh = 0.0
+        if tuning.hasLimits, let speed = meanSpeed {
+            limit = tuning.limit(lat: centre.lat, lon: centre.lon)
+            speedKmh = speed * 3.6
+        }
+        let over = limit.map { speedKmh > $0 * tuning.tolerance } ?? false
+        if over, let previous = lastEvaluatedTime { totals.speedingS += tc - previous }
+        lastEvaluatedTime = tc
+        history.append(HistoryRecord(seq: centre.seq, totals: totals))
+        if history.count > tuning.historyCapacity {
+            evicted = history[0]
+            history.removeFirst(1)
+        }
+        nextCentre = k + 1
+
+        // Each detector sees a magnitude (braking as −a) against its threshold and release level.
+        let at = (t: tc, seq: centre.seq, lat: centre.lat, lon: centre.lon)
+        let release = tuning.release, gap = tuning.episodeGap
+        let braking = acceleration.map { -$0 }
+        if let done = brake.step(
+            at, beyond: braking.map { $0 >= tuning.brake } ?? false,
+            holding: braking.map { $0 >= tuning.brake * release } ?? false, value: braking ?? 0, gap: gap)
+        {
+            emit(done, .harshBrake, tuning, &out)
+        }
+        if let done = accel.step(
+            at, beyond: acceleration.map { $0 >= tuning.accel } ?? false,
+            holding: acceleration.map { $0 >= tuning.accel * release } ?? false, value: acceleration ?? 0, gap: gap)
+        {
+            emit(done, .harshAccel, tuning, &out)
+        }
+        if let done = corner.step(
+            at, beyond: lateral.map { $0 >= tuning.corner } ?? false,
+            holding: lateral.map { $0 >= tuning.corner * release } ?? false, value: lateral ?? 0, gap: gap)
+        {
+            emit(done, .harshCorner, tuning, &out)
+        }
+        // Speeding starts above limit × tolerance and lasts until the speed is back at the limit.
+        let excess = limit.map { speedKmh - $0 }
+        if let done = speeding.step(
+            at, beyond: over, holding: excess.map { $0 > 0 } ?? false, value: excess ?? 0, limit: limit ?? 0, gap: gap)
+        {
+            emit(done, .speeding, tuning, &out)
+        }
+
+        // Drop fixes that no later window can reach.
+        let reach = (nextCentre < window.count ? window[nextCentre].t : window[window.count - 1].t) - tuning.halfWindow
+        var drop = 0
+        while drop < nextCentre, window[drop].t < reach { drop += 1 }
+        if drop > 0 {
+            window.removeFirst(drop)
+            nextCentre -= drop
+        }
+    }
+
+    /// Evaluates what is left of the segment with the fixes there are, and closes every episode.
+    private mutating func endSegment(_ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        while nextCentre < window.count { evaluate(nextCentre, tuning, &out) }
+        closeEpisodes(through: .max, tuning, &out)
+        window.removeAll()
+        nextCentre = 0
+        headingRaw = nil
+        lastEvaluatedTime = nil
+    }
+
+    private mutating func closeEpisodes(through seq: UInt64, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        if brake.isOpen, brake.firstSeq <= seq, let done = brake.close() { emit(done, .harshBrake, tuning, &out) }
+        if accel.isOpen, accel.firstSeq <= seq, let done = accel.close() { emit(done, .harshAccel, tuning, &out) }
+        if corner.isOpen, corner.firstSeq <= seq, let done = corner.close() { emit(done, .harshCorner, tuning, &out) }
+        if speeding.isOpen, speeding.firstSeq <= seq, let done = speeding.close() { emit(done, .speeding, tuning, &out) }
+    }
+
+    private mutating func emit(_ episode: Episode, _ type: DriveEventType, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        let duration = episode.endT - episode.startT
+        if type == .speeding, duration < tuning.speedingMinDuration { return }
+        let tripID = trip.flatMap { episode.firstSeq >= $0.trip.firstSeq ? $0.trip.tripID : nil }
+        let event = DriveEvent(
+            device: device, tripID: tripID, type: type, time: Date(timeIntervalSince1970: episode.startT),
+            lat: episode.lat, lon: episode.lon,
+            peakMps2: type == .speeding ? nil : rounded(type == .harshBrake ? -episode.peak : episode.peak, 3),
+            overKmh: type == .speeding ? rounded(episode.peak, 1) : nil,
+            limitKmh: type == .speeding ? episode.limit : nil,
+            durationS: rounded(duration, 3), firstSeq: episode.firstSeq)
+        if events.count >= Self.maxEvents { events.removeFirst() }
+        events.append(event)
+        out.append(.event(event))
+    }
+
+    // MARK: Trips and sessions
+
+    mutating func tripStarted(_ started: ScorerTrip) {
+        guard !scored.contains(started.tripID), trip?.trip.tripID != started.tripID else { return }
+        trip = OpenTrip(trip: started, session: session, baseline: totals(before: started.firstSeq).totals)
+    }
+
+    mutating func tripEnded(_ ended: ScorerTrip, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
+        guard !scored.contains(ended.tripID) else { return }
+        let open = trip?.trip.tripID == ended.tripID ? trip : nil
+        // Journal seqs start at 1: 0 means the trips service did not say.
+        let first = ended.firstSeq == 0 ? (open?.trip.firstSeq ?? 0) : ended.firstSeq
+        let last = max(ended.lastSeq ?? newestSeq, first)
+
+        // The trip's fixes are all in: finish them now rather than waiting for later fixes.
+        while nextCentre < window.count, window[nextCentre].seq <= last { evaluate(nextCentre, tuning, &out) }
+        closeEpisodes(through: last, tuning, &out)
+
+        let before = totals(before: first)
+        let baseline = before.exact ? before.totals : (open?.baseline ?? before.totals)
+        let end = totals(through: last).totals
+        let tripEvents = events.filter { (first...last).contains($0.firstSeq) }.map { event in
+            var event = event
+            event.tripID = ended.tripID
+            return event
+        }
+        events.removeAll { $0.firstSeq <= last }
+
+        var distance = end.distanceM - baseline.distanceM
+        if let reported = ended.distanceM, reported.isFinite, reported >= 0 { distance = reported }
+        let samples = end.accelerationCount - baseline.accelerationCount
+        var variation = 0.0
+        if samples > 0 {
+            let mean = (end.accelerationSum - baseline.accelerationSum) / samples
+            let variance = (end.accelerationSquares - baseline.accelerationSquares) / samples - mean * mean
+            variation = max(variance, 0).squareRoot()
+        }
+        let speedingS = max(end.speedingS - baseline.speedingS, 0)
+        let endTime = ended.endTime ?? lastFix.map { Date(timeIntervalSince1970: $0.t) }
+        let duration = endTime.map { $0.timeIntervalSince(ended.startTime) } ?? 0
+
+        let score = Score(
+            events: tripEvents, distanceM: distance, durationS: duration, speedingS: speedingS, tuning: tuning)
+        let result = DriveScored(
+            tripID: ended.tripID, device: device, startTime: ended.startTime, endTime: endTime,
+            score: score.score, distanceM: rounded(max(distance, 0), 1), events: tripEvents, counts: score.counts,
+            eventsPer100km: score.eventsPer100km, speedingS: rounded(speedingS, 1),
+            speedVariation: rounded(variation, 3), session: open?.session ?? session)
+        scored.append(ended.tripID)
+        if scored.count > Self.maxScored { scored.removeFirst() }
+        if open != nil { trip = nil }
+        out.append(.scored(result))
+    }
+
+    mutating func sessionStarted(_ started: SessionStarted) {
+        let new = DriveSession(id: started.sessionID, candidate: started.candidate)
+        session = new
+        // A session started just after the car moved off still owns that trip.
+        if trip != nil, trip?.session == nil { trip?.session = new }
+    }
+
+    mutating func sessionStopped(_ stopped: SessionStopped) {
+        if session?.id == stopped.sessionID { session = nil }
+    }
+
+    // MARK: Totals by seq
+
+    /// The totals after the last evaluated fix with seq ≤ `seq`; `exact` is false when that fix
+    /// has already left the history (then the oldest remembered totals are the best guess).
+    private func totals(through seq: UInt64) -> (totals: Totals, exact: Bool) {
+        var low = 0, high = history.count
+        while low < high {
+            let middle = (low + high) / 2
+            if history[middle].seq <= seq { low = middle + 1 } else { high = middle }
+        }
+        if low > 0 { return (history[low - 1].totals, true) }
+        guard let evicted else { return (Totals(), true) }
+        return (evicted.totals, evicted.seq <= seq)
+    }
+
+    private func totals(before seq: UInt64) -> (totals: Totals, exact: Bool) {
+        seq == 0 ? (Totals(), evicted == nil) : totals(through: seq - 1)
+    }
+}
+
+/// Rounded for the payload: results are stable to print and to compare.
+func rounded(_ value: Double, _ places: Int) -> Double {
+    guard value.isFinite else { return 0 }
+    let scale = [1.0, 10, 100, 1000, 10_000][min(max(places, 0), 4)]
+    return (value * scale).rounded() / scale
+}
+
+struct Position: Sendable, Codable {
+    var t: Double
+    var lat: Double
+    var lon: Double
+}
+
+struct OpenTrip: Sendable, Codable {
+    var trip: ScorerTrip
+    var session: DriveSession?
+    /// The totals just before the trip's first fix, in case that leaves the history before the end.
+    var baseline: Totals
+}
+
+/// Running sums over evaluated fixes, differenced between two seqs to measure a trip.
+struct Totals: Sendable, Codable, Equatable {
+    var distanceM = 0.0
+    var speedingS = 0.0
+    var accelerationSum = 0.0
+    var accelerationSquares = 0.0
+    var accelerationCount = 0.0
+}
+
+struct HistoryRecord: Sendable, Codable {
+    var seq: UInt64
+    var totals: Totals
+
+    // Compact in the checkpoint: `[seq, distance, speeding, sum, squares, count]`.
+    init(seq: UInt64, totals: Totals) {
+        self.seq = seq
+        self.totals = totals
+    }
+
+    init(from decoder: any Decoder) throws {
+        var c = try decoder.unkeyedContainer()
+        seq = try c.decode(UInt64.self)
+        totals = Totals(
+            distanceM: try c.decode(Double.self), speedingS: try c.decode(Double.self),
+            accelerationSum: try c.decode(Double.self), accelerationSquares: try c.decode(Double.self),
+            accelerationCount: try c.decode(Double.self))
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.unkeyedContainer()
+        try c.encode(seq)
+        try c.encode(totals.distanceM)
+        try c.encode(totals.speedingS)
+        try c.encode(totals.accelerationSum)
+        try c.encode(totals.accelerationSquares)
+        try c.encode(totals.accelerationCount)
+    }
+}
+
+/// One kept fix in the smoothing window.
+struct Sample: Sendable, Codable {
+    static let hasSpeed: UInt8 = 1
+    static let hasHeading: UInt8 = 2
+
+    var seq: UInt64
+    var t: Double
+    var lat: Double
+    var lon: Double
+    /// Metres from the previous kept fix.
+    var distance: Double
+    var speed = 0.0
+    /// Unwrapped, degrees.
+    var heading = 0.0
+    var flags: UInt8 = 0
+
+    init(seq: UInt64, t: Double, lat: Double, lon: Double, distance: Double) {
+        self.seq = seq
+        self.t = t
+        self.lat = lat
+        self.lon = lon
+        self.distance = distance
+    }
+
+    // Compact in the checkpoint: `[seq, t, lat, lon, distance, speed, heading, flags]`.
+    init(from decoder: any Decoder) throws {
+        var c = try decoder.unkeyedContainer()
+        seq = try c.decode(UInt64.self)
+        t = try c.decode(Double.self)
+        lat = try c.decode(Double.self)
+        lon = try c.decode(Double.self)
+        distance = try c.decode(Double.self)
+        speed = try c.decode(Double.self)
+        heading = try c.decode(Double.self)
+        flags = try c.decode(UInt8.self)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        var c = encoder.unkeyedContainer()
+        try c.encode(seq)
+        try c.encode(t)
+        try c.encode(lat)
+        try c.encode(lon)
+        try c.encode(distance)
+        try c.encode(speed)
+        try c.encode(heading)
+        try c.encode(flags)
+    }
+}
+
+/// One detector: idle → active (beyond the threshold) → released (back under threshold ×
+/// release) → idle once `episode_gap_s` passes without it coming back. Resuming within the gap
+/// continues the same episode, so one episode is one event.
+struct Episode: Sendable, Codable, Equatable {
+    enum Phase: UInt8, Sendable, Codable { case idle, active, released }
+
+    var phase = Phase.idle
+    var firstSeq: UInt64 = 0
+    var startT = 0.0
+    var lat = 0.0
+    var lon = 0.0
+    var peak = 0.0
+    /// Speeding: the limit at the peak.
+    var limit = 0.0
+    /// The last time the value was beyond the release level.
+    var lastT = 0.0
+    /// When it released.
+    var endT = 0.0
+
+    var isOpen: Bool { phase != .idle }
+
+    /// Returns an episode that is now over, if any.
+    mutating func step(
+        _ at: (t: Double, seq: UInt64, lat: Double, lon: Double), beyond: Bool, holding: Bool, value: Double,
+        limit: Double = 0, gap: Double
+    ) -> Episode? {
+        var finished: Episode?
+        if phase == .released, at.t - endT > gap {
+            finished = self
+            phase = .idle
+        }
+        switch phase {
+        case .idle:
+            if beyond {
+                self = Episode(phase: .active, firstSeq: at.seq, startT: at.t, lat: at.lat, lon: at.lon, peak: value, limit: limit, lastT: at.t, endT: at.t)
+            }
+        case .active:
+            if holding {
+                lastT = at.t
+                if value > peak {
+                    peak = value
+                    self.limit = limit
+                }
+            } else {
+                phase = .released
+                endT = at.t
+            }
+        case .released:
+            if beyond {
+                phase = .active
+                lastT = at.t
+                if value > peak {
+                    peak = value
+                    self.limit = limit
+                }
+            }
+        }
+        return finished
+    }
+
+    /// Ends the episode now (the segment or the trip is over).
+    mutating func close() -> Episode? {
+        switch phase {
+        case .idle:
+            return nil
+        case .active:
+            endT = lastT
+            fallthrough
+        case .released:
+            let done = self
+            phase = .idle
+            return done
+        }
+    }
+}
+
+/// An array used as a FIFO: dropping from the front moves an index, and the storage is compacted
+/// in place now and then, so steady use does not allocate.
+struct Queue<Element: Sendable>: Sendable {
+    private var items: [Element] = []
+    private var start = 0
+
+    init() {}
+
+    var count: Int { items.count - start }
+
+    subscript(index: Int) -> Element {
+        get { items[start + index] }
+        set { items[start + index] = newValue }
+    }
+
+    mutating func append(_ element: Element) { items.append(element) }
+
+    mutating func removeFirst(_ n: Int) {
+        start += min(n, count)
+        if start == items.count {
+            items.removeAll(keepingCapacity: true)
+            start = 0
+        } else if start >= 16, start * 2 >= items.count {
+            items.removeFirst(start)
+            start = 0
+        }
+    }
+
+    mutating func removeAll() {
+        items.removeAll(keepingCapacity: true)
+        start = 0
+    }
+}
+
+extension Queue: Codable where Element: Codable {
+    init(from decoder: any Decoder) throws {
+        items = try [Element](from: decoder)
+    }
+
+    func encode(to encoder: any Encoder) throws {
+        try Array(items[start...]).encode(to: encoder)
+    }
+}

@@ -1,0 +1,129 @@
+import DrivebusGeo
+import Foundation
+
+/// The configuration as the hot path needs it. Out-of-range values are clamped here, so even a
+/// configuration that skipped `validate()` cannot crash the scorer or put NaN in its state.
+struct Tuning: Sendable {
+    let halfWindow: Double
+    let maxGap: Double
+    let maxAccuracy: Double
+    /// Magnitudes: braking is compared as −a.
+    let brake: Double
+    let accel: Double
+    let corner: Double
+    let cornerMinSpeed: Double
+    let release: Double
+    let episodeGap: Double
+    let tolerance: Double
+    let speedingMinDuration: Double
+    let globalLimit: Double?
+    let zones: [Zone]
+    let hasLimits: Bool
+    let historyCapacity: Int
+    let minDistanceKm: Double
+    let minDurationS: Double
+    let weights: ScorerConfiguration.Weights
+
+    /// Headings below this speed are noise (course from a nearly still phone).
+    static let minHeadingSpeed = 2.0
+    /// Reported or derived speeds above this are glitches (360 km/h).
+    static let maxSpeed = 100.0
+    /// More fixes than this within one smoothing window (over 85 Hz at 3 s) are thinned.
+    static let maxWindowSamples = 256
+
+    init(_ c: ScorerConfiguration) {
+        func clamp(_ value: Double, _ low: Double, _ high: Double, _ fallback: Double) -> Double {
+            value.isFinite ? min(max(value, low), high) : fallback
+        }
+        halfWindow = clamp(c.smoothingWindowS, 0.5, 60, 3) / 2
+        maxGap = clamp(c.maxGapS, 0.1, 86_400, 5)
+        maxAccuracy = c.maxAccuracyM.isNaN ? 100 : max(c.maxAccuracyM, 0)
+        brake = clamp(-c.harshBrakeMps2, 0.1, 100, 3.4)
+        accel = clamp(c.harshAccelMps2, 0.1, 100, 2.9)
+        corner = clamp(c.harshCornerMps2, 0.1, 100, 3.9)
+        cornerMinSpeed = clamp(c.cornerMinSpeedMps, 0, 100, 8)
+        release = clamp(c.releaseFraction, 0.01, 1, 0.75)
+        episodeGap = clamp(c.episodeGapS, 0, 86_400, 3)
+        tolerance = clamp(c.speedingTolerance, 1, 3, 1.1)
+        speedingMinDuration = clamp(c.speedingMinDurationS, 0, 86_400, 3)
+        globalLimit = c.speedLimitKmh.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
+        zones = c.zoneSpeedLimits.compactMap(Zone.init)
+        hasLimits = globalLimit != nil || !zones.isEmpty
+        historyCapacity = min(max(c.historyFixes, 16), 1_000_000)
+        minDistanceKm = clamp(c.scoreMinDistanceKm, 0.001, 1_000_000, 10)
+        minDurationS = clamp(c.scoreMinDurationS, 1, 1_000_000, 600)
+        var w = c.weights
+        w.harshBrake = clamp(w.harshBrake, 0, 1_000_000, 1.5)
+        w.harshAccel = clamp(w.harshAccel, 0, 1_000_000, 1)
+        w.harshCorner = clamp(w.harshCorner, 0, 1_000_000, 1)
+        w.speedingSPerH = clamp(w.speedingSPerH, 0, 1_000_000, 0.05)
+        weights = w
+    }
+
+    /// The limit in force at a position: the lowest of the zones containing it, else the global one.
+    func limit(lat: Double, lon: Double) -> Double? {
+        var best: Double?
+        for zone in zones where zone.contains(lat: lat, lon: lon) {
+            best = min(best ?? zone.limit, zone.limit)
+        }
+        return best ?? globalLimit
+    }
+
+    struct Zone: Sendable {
+        let limit: Double
+        let shape: Shape
+
+        enum Shape: Sendable {
+            case circle(lat: Double, lon: Double, metresPerDegreeLon: Double, radiusSquared: Double)
+            case polygon(GeoPolygon, minLat: Double, maxLat: Double)
+        }
+
+        init?(_ zone: ZoneLimit) {
+            guard zone.speedLimitKmh.isFinite, zone.speedLimitKmh > 0 else { return nil }
+            limit = zone.speedLimitKmh
+            if let vertices = zone.polygon {
+                guard vertices.count >= 3, vertices.allSatisfy({ abs($0.lat) <= 90 && abs($0.lon) <= 180 }) else { return nil }
+                let lats = vertices.map(\.lat)
+                shape = .polygon(GeoPolygon(vertices), minLat: lats.min() ?? -90, maxLat: lats.max() ?? 90)
+            } else {
+                guard let center = zone.center, abs(center.lat) <= 90, abs(center.lon) <= 180,
+                      let radius = zone.radiusM, radius.isFinite, radius > 0
+                else { return nil }
+                shape = .circle(
+                    lat: center.lat, lon: center.lon,
+                    metresPerDegreeLon: Kinematics.metresPerDegree * cos(center.lat * .pi / 180),
+                    radiusSquared: radius * radius)
+            }
+        }
+
+        func contains(lat: Double, lon: Double) -> Bool {
+            switch shape {
+            case .circle(let zLat, let zLon, let perLon, let radiusSquared):
+                let y = (lat - zLat) * Kinematics.metresPerDegree
+                let x = Kinematics.longitudeDelta(lon - zLon) * perLon
+                return x * x + y * y <= radiusSquared
+            case .polygon(let polygon, let minLat, let maxLat):
+                return lat >= minLat && lat <= maxLat && polygon.contains(Coordinate(lat: lat, lon: lon))
+            }
+        }
+    }
+}
+
+/// Flat-earth geometry between consecutive fixes, metres apart: accurate enough there and much
+/// cheaper than haversine on the hot path.
+enum Kinematics {
+    static let metresPerDegree = Geo.earthRadiusM * .pi / 180
+
+    @inline(__always)
+    static func longitudeDelta(_ delta: Double) -> Double {
+        abs(delta) <= 180 ? delta : Geo.normalizedLongitudeDelta(delta)
+    }
+
+    /// Metres east and north from `a` to `b`.
+    @inline(__always)
+    static func offset(fromLat aLat: Double, lon aLon: Double, toLat bLat: Double, lon bLon: Double) -> (x: Double, y: Double) {
+        let y = (bLat - aLat) * metresPerDegree
+        let x = longitudeDelta(bLon - aLon) * metresPerDegree * cos((aLat + bLat) * (.pi / 360))
+        return (x, y)
+    }
+}

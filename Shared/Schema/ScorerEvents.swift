@@ -1,0 +1,162 @@
+import Foundation
+
+/// The kinds of `drive.event`.
+public enum DriveEventType: String, Codable, Sendable, CaseIterable {
+    case harshBrake = "harsh_brake"
+    case harshAccel = "harsh_accel"
+    case harshCorner = "harsh_corner"
+    case speeding
+}
+
+/// `drive.event.<device>`: one harsh or speeding episode, published live as it ends.
+public struct DriveEvent: Codable, Sendable, Equatable {
+    public var device: String
+    /// Set when the trip was already known as the event was published; always set inside
+    /// `drive.scored`.
+    public var tripID: String?
+    public var type: DriveEventType
+    /// Where and when the episode began.
+    public var time: Date
+    public var lat: Double
+    public var lon: Double
+    /// The peak smoothed acceleration: negative for `harsh_brake`, positive (lateral magnitude) for
+    /// `harsh_corner`. Absent for `speeding`.
+    public var peakMps2: Double?
+    /// `speeding` only: the peak speed above the limit (not above limit × tolerance).
+    public var overKmh: Double?
+    /// `speeding` only: the limit in force at the peak.
+    public var limitKmh: Double?
+    public var durationS: Double
+    /// The journal seq of the episode's first fix; it identifies the event.
+    public var firstSeq: UInt64
+
+    public init(
+        device: String, tripID: String? = nil, type: DriveEventType, time: Date, lat: Double, lon: Double,
+        peakMps2: Double? = nil, overKmh: Double? = nil, limitKmh: Double? = nil, durationS: Double, firstSeq: UInt64
+    ) {
+        self.device = device
+        self.tripID = tripID
+        self.type = type
+        self.time = time
+        self.lat = lat
+        self.lon = lon
+        self.peakMps2 = peakMps2
+        self.overKmh = overKmh
+        self.limitKmh = limitKmh
+        self.durationS = durationS
+        self.firstSeq = firstSeq
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case device, type, time, lat, lon
+        case tripID = "trip_id"
+        case peakMps2 = "peak_mps2"
+        case overKmh = "over_kmh"
+        case limitKmh = "limit_kmh"
+        case durationS = "duration_s"
+        case firstSeq = "first_seq"
+    }
+}
+
+/// The driving-school session a trip belongs to.
+public struct DriveSession: Codable, Sendable, Equatable {
+    public var id: String
+    public var candidate: String
+
+    public init(id: String, candidate: String) {
+        self.id = id
+        self.candidate = candidate
+    }
+}
+
+/// `drive.scored.<device>`: once per trip, after `trip.ended`.
+public struct DriveScored: Codable, Sendable, Equatable {
+    public var tripID: String
+    public var device: String
+    public var startTime: Date
+    public var endTime: Date?
+    /// 0–100, one decimal.
+    public var score: Double
+    public var distanceM: Double
+    public var events: [DriveEvent]
+    /// Every type, zeros included: `{"harsh_brake": 1, "harsh_accel": 0, …}`.
+    public var counts: [String: Int]
+    /// Harsh events (speeding excluded) per 100 km, over at least the configured minimum distance.
+    public var eventsPer100km: Double
+    public var speedingS: Double
+    /// The standard deviation of smoothed longitudinal acceleration, m/s².
+    public var speedVariation: Double
+    public var session: DriveSession?
+
+    public init(
+        tripID: String, device: String, startTime: Date, endTime: Date? = nil, score: Double, distanceM: Double,
+        events: [DriveEvent], counts: [String: Int], eventsPer100km: Double, speedingS: Double,
+        speedVariation: Double, session: DriveSession? = nil
+    ) {
+        self.tripID = tripID
+        self.device = device
+        self.startTime = startTime
+        self.endTime = endTime
+        self.score = score
+        self.distanceM = distanceM
+        self.events = events
+        self.counts = counts
+        self.eventsPer100km = eventsPer100km
+        self.speedingS = speedingS
+        self.speedVariation = speedVariation
+        self.session = session
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case device, score, events, counts, session
+        case tripID = "trip_id"
+        case startTime = "start_time"
+        case endTime = "end_time"
+        case distanceM = "distance_m"
+        case eventsPer100km = "events_per_100km"
+        case speedingS = "speeding_s"
+        case speedVariation = "speed_variation"
+    }
+}
+
+/// `session.started.<device>`: an instructor started a mock test (`POST /api/v1/sessions/start`).
+public struct SessionStarted: Codable, Sendable, Equatable {
+    public var sessionID: String
+    public var device: String
+    public var candidate: String
+    public var instructor: String?
+    public var note: String?
+    public var time: Date
+
+    public init(sessionID: String, device: String, candidate: String, instructor: String? = nil, note: String? = nil, time: Date) {
+        self.sessionID = sessionID
+        self.device = device
+        self.candidate = candidate
+        self.instructor = instructor
+        self.note = note
+        self.time = time
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case device, candidate, instructor, note, time
+        case sessionID = "session_id"
+    }
+}
+
+/// `session.stopped.<device>` (`POST /api/v1/sessions/stop`).
+public struct SessionStopped: Codable, Sendable, Equatable {
+    public var sessionID: String
+    public var device: String
+    public var time: Date
+
+    public init(sessionID: String, device: String, time: Date) {
+        self.sessionID = sessionID
+        self.device = device
+        self.time = time
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case device, time
+        case sessionID = "session_id"
+    }
+}

@@ -1,0 +1,575 @@
+import CheckoutCore
+import DrivebusGeo
+import DrivebusSchema
+import Foundation
+import Testing
+
+/// Times in these tests are seconds after the first check-in.
+let checkoutT0 = RFC3339.parse("2026-11-21T18:30:00.000Z")!
+
+func checkoutAt(_ seconds: Double) -> Date { checkoutT0 + seconds }
+
+/// Positions along a street running east, `x` metres from its start.
+let checkoutStreet = LocalProjection(origin: Coordinate(lat: 48.2, lon: 16.37))
+
+func checkoutPosition(_ x: Double) -> Coordinate { checkoutStreet.unproject(x: x, y: 0) }
+
+/// Builds an input sequence with journal seqs counting up from 1, as ingest would number it.
+struct CheckoutFeed {
+    var seq: UInt64 = 0
+    var inputs: [CheckoutInput] = []
+
+    private mutating func next() -> UInt64 {
+        seq += 1
+        return seq
+    }
+
+    mutating func checkin(_ t: Double, device: String = "rider") {
+        inputs.append(.checkin(TaxiCheckin(seq: next(), device: device, time: checkoutAt(t))))
+    }
+
+    mutating func motion(_ t: Double, _ activity: MotionSample.Activity, _ confidence: MotionSample.Confidence = .high, device: String = "rider") {
+        inputs.append(.motion(MotionSample(seq: next(), device: device, start: checkoutAt(t), activity: activity, confidence: confidence, source: .api)))
+    }
+
+    mutating func fix(_ t: Double, x: Double, speed: Double?, device: String = "rider") {
+        let position = checkoutPosition(x)
+        inputs.append(.fix(Fix(seq: next(), device: device, time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: speed, source: .api)))
+    }
+
+    mutating func tick(_ t: Double) { inputs.append(.tick(now: checkoutAt(t))) }
+
+    /// A taxi ride by fixes every 10 s: riding east at 10 m/s from `start` to `stop`, standing for
+    /// 50 s (paying), then walking on at 1.4 m/s until `end`. `speeds` says what the phone reports.
+    mutating func checkoutRide(from start: Double, stop: Double, end: Double, speeds: CheckoutSpeeds, device: String = "rider") {
+        var x = 0.0
+        for t in stride(from: start, through: stop, by: 10) {
+            x = (t - start) * 10
+            fix(t, x: x, speed: speeds.report(10), device: device)
+        }
+        for t in stride(from: stop + 10, through: stop + 50, by: 10) { fix(t, x: x, speed: speeds.report(0), device: device) }
+        for t in stride(from: stop + 60, through: end, by: 10) {
+            x += 14
+            fix(t, x: x, speed: speeds.report(1.4), device: device)
+        }
+    }
+}
+
+enum CheckoutSpeeds: CaseIterable {
+    /// The phone reports its speed.
+    case reported
+    /// No speed: it comes from the positions.
+    case none
+    /// The phone says 0 while walking (it often does at walking pace); only standing and riding are right.
+    case zeroWhileWalking
+
+    func report(_ speed: Double) -> Double? {
+        switch self {
+        case .reported: speed
+        case .none: nil
+        case .zeroWhileWalking: speed < 5 ? 0 : speed
+        }
+    }
+}
+
+func checkoutRun(_ inputs: [CheckoutInput], _ detector: inout CheckoutDetector) -> [TaxiCheckout] {
+    inputs.flatMap { detector.handle($0) }
+}
+
+func checkoutRun(_ inputs: [CheckoutInput], configuration: CheckoutConfiguration = CheckoutConfiguration()) -> [TaxiCheckout] {
+    var detector = CheckoutDetector(configuration: configuration)
+    return checkoutRun(inputs, &detector)
+}
+
+/// The distance along the fixes of `inputs` up to `time`, as the detector should compute it.
+func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
+    let points = inputs.compactMap { input -> Coordinate? in
+        guard case .fix(let fix) = input, fix.time <= time else { return nil }
+        return Coordinate(lat: fix.lat, lon: fix.lon)
+    }
+    return zip(points, points.dropFirst()).reduce(0) { $0 + Geo.distance($1.0, $1.1) }
+}
+
+@Suite struct CheckoutCoreTests {
+    // MARK: Motion rule
+
+    @Test func walkingInsideTheGracePeriodIsIgnored() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(10, .walking)  // still walking to the taxi, for 90 s
+        feed.motion(100, .automotive)
+        feed.motion(1500, .walking)
+        feed.motion(1600, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.checkoutTime == checkoutAt(1500))
+        #expect(out.first?.rideS == 1500)
+        #expect(out.first?.reason == .walking)
+    }
+
+    @Test func aWalkThatBeganInTheGracePeriodNeverCounts() {
+        // Walking to the taxi and then on past the grace period: a second sample (the confidence
+        // changed) does not start a new walk.
+        var feed = CheckoutFeed()
+        feed.motion(-120, .walking, .medium)
+        feed.checkin(0)
+        feed.motion(70, .walking, .high)
+        feed.motion(200, .automotive)
+        feed.tick(300)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+    }
+
+    @Test func aShortWalkDoesNotCount() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(300, .walking)  // the phone jiggles at a light for 59.9 s
+        feed.motion(359.9, .automotive)
+        feed.motion(900, .walking)
+        feed.motion(960, .stationary)  // exactly the lead time
+        let out = checkoutRun(feed.inputs)
+        #expect(out == [TaxiCheckout(
+            device: "rider", checkinSeq: 1, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(900),
+            reason: .walking, confidence: .high, rideS: 900, rideDistanceM: nil)])
+    }
+
+    @Test func aLowConfidenceWalkDoesNotCount() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(300, .walking, .low)
+        feed.motion(500, .stationary)
+        feed.motion(600, .walking, .medium)
+        feed.motion(700, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.checkoutTime == checkoutAt(600))
+        #expect(out.first?.confidence == .medium)
+        #expect(out.first?.rideS == 600)
+
+        var strict = CheckoutConfiguration()
+        strict.minConfidence = .high
+        #expect(checkoutRun(feed.inputs, configuration: strict).isEmpty)
+    }
+
+    @Test func runningChecksOut() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(1200, .running)
+        feed.motion(1230, .walking, .medium)  // one walk with the running sample before it
+        feed.motion(1290, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.reason == .running)
+        #expect(out.first?.confidence == .high)
+        #expect(out.first?.checkoutTime == checkoutAt(1200))
+        #expect(out.first?.rideS == 1200)
+    }
+
+    @Test func theLastSampleLastsUntilNow() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(900, .walking)
+        feed.tick(959.999)
+        let live = checkoutRun(feed.inputs)
+        #expect(live.isEmpty)
+        feed.tick(960)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.checkoutTime == checkoutAt(900))
+        #expect(out.first?.rideS == 900)
+
+        // A replay without the ticks: the next sample decides the same check-out, same id.
+        var replay = CheckoutFeed()
+        replay.checkin(0)
+        replay.motion(30, .automotive)
+        replay.motion(900, .walking)
+        replay.motion(1100, .stationary)
+        let replayed = checkoutRun(replay.inputs)
+        #expect(replayed == out)
+        #expect(replayed.first?.eventID == "taxi.checkout-rider-1")
+
+        // A fix's time proves nothing about the newest sample: Overland journals a batch's fixes
+        // before its motion samples.
+        var fixes = CheckoutFeed()
+        fixes.checkin(0)
+        fixes.motion(900, .walking)
+        fixes.fix(2000, x: 0, speed: 1.4)
+        #expect(checkoutRun(fixes.inputs).isEmpty)
+    }
+
+    // MARK: max_ride
+
+    @Test func maxRideByTick() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.tick(21_599.999)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+        feed.tick(21_600)
+        feed.tick(21_700)
+        let out = checkoutRun(feed.inputs)
+        #expect(out == [TaxiCheckout(
+            device: "rider", checkinSeq: 1, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(21_600),
+            reason: .maxRide, confidence: nil, rideS: 21_600, rideDistanceM: nil)])
+        // A tick at another moment gives the same check-out.
+        var late = CheckoutFeed()
+        late.checkin(0)
+        late.motion(30, .automotive)
+        late.tick(30_000)
+        #expect(checkoutRun(late.inputs) == out)
+    }
+
+    @Test func maxRideWaitsForAWalkThatStartedBeforeIt() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(21_590, .walking)
+        feed.tick(21_600)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+        var proven = feed
+        proven.tick(21_650)
+        #expect(checkoutRun(proven.inputs).map(\.checkoutTime) == [checkoutAt(21_590)])
+        #expect(checkoutRun(proven.inputs).map(\.reason) == [.walking])
+
+        var refuted = feed
+        refuted.motion(21_620, .automotive)
+        refuted.tick(21_625)
+        let out = checkoutRun(refuted.inputs)
+        #expect(out.map(\.reason) == [.maxRide])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(21_600)])
+    }
+
+    @Test func maxRideFromDataAloneNeedsNoTick() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.fix(10, x: 0, speed: 0)
+        feed.fix(20, x: 100, speed: 10)
+        feed.fix(21_700, x: 200, speed: 10)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.reason == .maxRide)
+        #expect(out.first?.checkoutTime == checkoutAt(21_600))
+        #expect(out.first?.rideS == 21_600)
+        // Interpolated along the fixes: 100 m, then 100 m over 21,680 s.
+        let expected = checkoutDistance(feed.inputs, until: checkoutAt(20))
+            + Geo.distance(checkoutPosition(100), checkoutPosition(200)) * 21_580 / 21_680
+        #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
+    }
+
+    // MARK: Fixes rule
+
+    @Test(arguments: CheckoutSpeeds.allCases)
+    func fixesOnlyRule(speeds: CheckoutSpeeds) {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.checkoutRide(from: 0, stop: 300, end: 480, speeds: speeds)
+        var detector = CheckoutDetector()
+        var out: [TaxiCheckout] = []
+        for input in feed.inputs {
+            out += detector.handle(input)
+            // Decided by the fix 60 s after the first walking one, and not before.
+            if case .fix(let fix) = input {
+                #expect(out.isEmpty == (fix.time < checkoutAt(420)), "\(fix.time)")
+            }
+        }
+        #expect(out.count == 1)
+        #expect(out.first?.reason == .fixes)
+        #expect(out.first?.confidence == nil)
+        #expect(out.first?.checkoutTime == checkoutAt(360))
+        #expect(out.first?.rideS == 360)
+        let expected = checkoutDistance(feed.inputs, until: checkoutAt(360))
+        #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
+        #expect(abs(expected - 3014) < 1)
+        #expect(detector.openCheckins == 0)
+    }
+
+    @Test func fixesNeedARideFirst() {
+        // Walking pace all along, with no riding speed: nothing.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        for t in stride(from: 0.0, through: 600, by: 10) { feed.fix(t, x: t * 1.4, speed: 1.4) }
+        #expect(checkoutRun(feed.inputs).isEmpty)
+    }
+
+    @Test func fixesAtWalkingPaceMustBeSustained() {
+        // Riding, a 40 s crawl at walking pace, riding again, then the real walk.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.fix(0, x: 0, speed: 10)
+        feed.fix(10, x: 100, speed: 10)
+        feed.fix(20, x: 114, speed: 1.4)
+        feed.fix(30, x: 128, speed: 1.4)
+        feed.fix(40, x: 142, speed: 1.4)
+        feed.fix(50, x: 156, speed: 1.4)
+        feed.fix(60, x: 170, speed: 1.4)
+        feed.fix(70, x: 270, speed: 10)
+        for t in stride(from: 80.0, through: 140, by: 10) { feed.fix(t, x: 270 + (t - 70) * 1.4, speed: 1.4) }
+        let out = checkoutRun(feed.inputs)
+        #expect(out.map(\.checkoutTime) == [checkoutAt(80)])
+        #expect(out.map(\.rideS) == [80])
+    }
+
+    // MARK: Motion and fixes together
+
+    @Test func motionWinsOverFixesThatWouldCheckOutEarlier() {
+        // An iOS phone: it sent motion before the check-in, so the fixes rule is off for the ride,
+        // even though Overland journals each batch's fixes before its motion samples.
+        var feed = CheckoutFeed()
+        feed.motion(-120, .walking)
+        feed.checkin(0)
+        feed.checkoutRide(from: 0, stop: 300, end: 700, speeds: .reported)  // fixes: out at 360
+        feed.motion(30, .automotive)
+        feed.motion(360, .stationary)
+        feed.motion(500, .walking)
+        feed.motion(600, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.reason == .walking)
+        #expect(out.first?.checkoutTime == checkoutAt(500))
+        #expect(out.first?.rideS == 500)
+        // Fixes exist, so the distance is there: 3000 m of ride and 140 s of walking at 1.4 m/s.
+        let expected = checkoutDistance(feed.inputs, until: checkoutAt(500))
+        #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
+    }
+
+    @Test func motionWinsOverFixesThatWouldCheckOutLater() {
+        // No motion before the check-in; the first sample during the ride turns the fixes rule off.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.fix(0, x: 0, speed: 10)
+        feed.motion(5, .automotive)
+        feed.fix(10, x: 100, speed: 10)
+        feed.motion(15, .walking)  // a walk after a short ride, within the grace period: ignored
+        feed.motion(100, .automotive)
+        feed.fix(200, x: 1000, speed: 10)
+        feed.motion(300, .walking)
+        feed.fix(310, x: 2000, speed: 1.4)
+        for t in stride(from: 320.0, through: 500, by: 10) { feed.fix(t, x: 2000 + (t - 310) * 1.4, speed: 1.4) }
+        feed.motion(420, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.map(\.reason) == [.walking])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(300)])
+        #expect(out.map(\.rideS) == [300])
+    }
+
+    @Test func aDeviceWhoseMotionIsOldUsesFixes() {
+        var feed = CheckoutFeed()
+        feed.motion(-100_000, .walking)  // more than motion_memory_s before
+        feed.checkin(0)
+        feed.checkoutRide(from: 0, stop: 300, end: 480, speeds: .reported)
+        #expect(checkoutRun(feed.inputs).map(\.reason) == [.fixes])
+    }
+
+    // MARK: Check-ins
+
+    @Test func aSecondCheckinReplacesTheOpenOne() {
+        var feed = CheckoutFeed()
+        feed.checkin(0)  // seq 1
+        feed.motion(30, .automotive)
+        feed.motion(600, .walking)  // the newest sample when the next check-in comes
+        feed.checkin(1000)  // seq 4: its time proves the walk lasted
+        feed.motion(1030, .automotive)
+        feed.motion(1700, .walking)
+        feed.motion(1800, .stationary)
+        var detector = CheckoutDetector()
+        let first = checkoutRun(Array(feed.inputs.prefix(4)), &detector)
+        #expect(first.map(\.checkoutTime) == [checkoutAt(600)])
+        #expect(first.map(\.eventID) == ["taxi.checkout-rider-1"])
+        #expect(detector.openCheckins == 1)
+        let second = checkoutRun(Array(feed.inputs.dropFirst(4)), &detector)
+        #expect(second == [TaxiCheckout(
+            device: "rider", checkinSeq: 4, checkinTime: checkoutAt(1000), checkoutTime: checkoutAt(1700),
+            reason: .walking, confidence: .high, rideS: 700, rideDistanceM: nil)])
+        #expect(second.map(\.eventID) == ["taxi.checkout-rider-4"])
+        #expect(detector.openCheckins == 0)
+
+        // With nothing to decide it, the replaced check-in ends without a check-out.
+        var undecided = CheckoutFeed()
+        undecided.checkin(0)
+        undecided.motion(30, .automotive)
+        undecided.checkin(500)
+        var other = CheckoutDetector()
+        #expect(checkoutRun(undecided.inputs, &other).isEmpty)
+        #expect(other.openCheckins == 1)
+    }
+
+    @Test func devicesAreIndependent() {
+        var feed = CheckoutFeed()
+        feed.checkin(0, device: "a")
+        feed.checkin(5, device: "b")
+        feed.motion(30, .automotive, device: "a")
+        feed.motion(35, .automotive, device: "b")
+        feed.motion(400, .walking, device: "b")
+        feed.motion(500, .walking, device: "a")
+        feed.tick(700)
+        let out = checkoutRun(feed.inputs)
+        // One tick, two check-outs, in device order.
+        #expect(out.map(\.device) == ["a", "b"])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(500), checkoutAt(400)])
+        #expect(out.map(\.rideS) == [500, 395])
+    }
+
+    // MARK: Replay and checkpoints
+
+    /// Two riders, motion and fixes, ticks, a replaced check-in and a max_ride.
+    static func checkoutScenario() -> [CheckoutInput] {
+        var feed = CheckoutFeed()
+        feed.motion(-300, .walking, device: "ios")
+        feed.checkin(0, device: "ios")
+        feed.checkin(0, device: "android")
+        feed.motion(40, .automotive, device: "ios")
+        feed.checkoutRide(from: 0, stop: 300, end: 500, speeds: .none, device: "android")
+        feed.tick(500)
+        feed.motion(800, .walking, device: "ios")
+        feed.motion(820, .stationary, device: "ios")
+        feed.motion(900, .walking, device: "ios")
+        feed.tick(930)
+        feed.checkin(1000, device: "android")
+        feed.fix(1010, x: 0, speed: 12, device: "android")
+        feed.tick(1000)
+        feed.fix(1020, x: 120, speed: 12, device: "android")
+        feed.tick(960)
+        feed.checkin(2000, device: "ios")
+        feed.fix(2005, x: 0, speed: nil, device: "ios")
+        feed.fix(2015, x: 90, speed: nil, device: "ios")
+        feed.tick(23_601)
+        feed.tick(23_700)
+        return feed.inputs
+    }
+
+    @Test func theScenarioChecksOutEveryCheckinOnce() {
+        var detector = CheckoutDetector()
+        let out = checkoutRun(Self.checkoutScenario(), &detector)
+        #expect(out.map(\.eventID) == [
+            "taxi.checkout-android-3", "taxi.checkout-ios-2", "taxi.checkout-android-59",
+            "taxi.checkout-ios-62",
+        ])
+        #expect(out.map(\.reason) == [.fixes, .walking, .maxRide, .maxRide])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(360), checkoutAt(900), checkoutAt(22_600), checkoutAt(23_600)])
+        #expect(detector.openCheckins == 0)
+    }
+
+    @Test func snapshotAndRestoreEqualAnUninterruptedRun() throws {
+        let inputs = Self.checkoutScenario()
+        var whole = CheckoutDetector()
+        let expected = checkoutRun(inputs, &whole)
+        for split in 0...inputs.count {
+            var first = CheckoutDetector()
+            var out = checkoutRun(Array(inputs.prefix(split)), &first)
+            let data = try JSONEncoder().encode(first)
+            var restored = try JSONDecoder().decode(CheckoutDetector.self, from: data)
+            #expect(restored == first)
+            out += checkoutRun(Array(inputs.dropFirst(split)), &restored)
+            #expect(out == expected, "split at \(split)")
+            #expect(restored == whole, "split at \(split)")
+        }
+    }
+
+    @Test func replayedInputsAreIgnored() {
+        let inputs = Self.checkoutScenario()
+        var detector = CheckoutDetector()
+        _ = checkoutRun(Array(inputs.prefix(30)), &detector)
+        let seqAfter30 = detector.lastSeq
+        let before = detector
+        // The journal replays from an older seq: everything seen is skipped, without output.
+        #expect(checkoutRun(Array(inputs.prefix(30)).filter { if case .tick = $0 { false } else { true } }, &detector).isEmpty)
+        #expect(detector == before)
+        #expect(detector.lastSeq == seqAfter30)
+        // And the rest continues as if nothing happened.
+        var whole = CheckoutDetector()
+        let expected = checkoutRun(inputs, &whole)
+        let first = checkoutRun(Array(inputs.prefix(30)), configuration: CheckoutConfiguration())
+        #expect(first + checkoutRun(Array(inputs.dropFirst(30)), &detector) == expected)
+    }
+
+    @Test func aReplayWithoutTicksDecidesTheSameCheckoutsFromData() {
+        // Everything the data decides comes out the same without the live run's ticks.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(30, .automotive)
+        feed.motion(900, .walking)
+        feed.tick(970)
+        feed.motion(1000, .stationary)
+        feed.checkin(2000, device: "android")
+        feed.checkoutRide(from: 2000, stop: 2300, end: 2500, speeds: .reported, device: "android")
+        let live = checkoutRun(feed.inputs)
+        let replay = checkoutRun(feed.inputs.filter { if case .tick = $0 { false } else { true } })
+        #expect(live.count == 2)
+        #expect(replay == live)
+    }
+
+    // MARK: Payload and robustness
+
+    @Test func payloadJSON() throws {
+        let checkout = TaxiCheckout(
+            device: "rider", checkinSeq: 1260, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(1500),
+            reason: .maxRide, confidence: nil, rideS: 1500, rideDistanceM: nil)
+        let json = String(decoding: try BusJSON.encode(checkout), as: UTF8.self)
+        #expect(json == #"{"checkin_seq":1260,"checkin_time":"2026-11-21T18:30:00.000Z","checkout_time":"2026-11-21T18:55:00.000Z","confidence":null,"device":"rider","reason":"max_ride","ride_s":1500}"#)
+        #expect(try BusJSON.decode(TaxiCheckout.self, from: Array(json.utf8)) == checkout)
+        var walked = checkout
+        walked.reason = .walking
+        walked.confidence = .high
+        walked.rideDistanceM = 4213.5
+        #expect(try BusJSON.decode(TaxiCheckout.self, from: try BusJSON.encode(walked)) == walked)
+        let noSeq = TaxiCheckout(
+            device: "rider", checkinSeq: nil, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(1),
+            reason: .fixes, confidence: nil, rideS: 1, rideDistanceM: 0)
+        #expect(noSeq.eventID == "taxi.checkout-rider-t1795285800000")
+    }
+
+    @Test func configurationDecodesSnakeCaseWithDefaults() throws {
+        let json = #"{"lead_time_s": 90, "min_confidence": "high", "walking_speed_max_mps": 2}"#
+        let configuration = try JSONDecoder().decode(CheckoutConfiguration.self, from: Data(json.utf8))
+        var expected = CheckoutConfiguration()
+        expected.leadTimeS = 90
+        expected.minConfidence = .high
+        expected.walkingSpeedMaxMps = 2
+        #expect(configuration == expected)
+        #expect(try JSONDecoder().decode(CheckoutConfiguration.self, from: Data("{}".utf8)) == CheckoutConfiguration())
+    }
+
+    @Test func garbageNeverCrashesAndEachCheckinChecksOutAtMostOnce() {
+        // A deterministic generator, so a failure can be replayed.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func random(_ bound: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(bound))
+        }
+        let odd: [Double] = [.nan, .infinity, -.infinity, 1e300, -5, 0, 1e-9]
+        var configuration = CheckoutConfiguration()
+        configuration.walkingSpeedMinMps = 3  // above the maximum: nothing walks, nothing traps
+        configuration.gracePeriodS = .nan
+        for round in 0..<2 {
+            var detector = CheckoutDetector(configuration: round == 0 ? CheckoutConfiguration() : configuration)
+            var seen = Set<String>()
+            var seq: UInt64 = 0
+            for _ in 0..<5000 {
+                seq += UInt64(random(3))  // repeats and gaps
+                let device = ["a", "b", "", "bad device", String(repeating: "x", count: 65)][random(5)]
+                let t = random(10) == 0 ? odd[random(odd.count)] : Double(random(40_000)) - 1000
+                let input: CheckoutInput
+                switch random(4) {
+                case 0: input = .checkin(TaxiCheckin(seq: seq, device: device, time: checkoutAt(t)))
+                case 1:
+                    input = .motion(MotionSample(
+                        seq: seq, device: device, start: checkoutAt(t),
+                        activity: MotionSample.Activity.allCases[random(6)], confidence: MotionSample.Confidence.allCases[random(3)], source: .api))
+                case 2:
+                    let lat = random(10) == 0 ? odd[random(odd.count)] : 48 + Double(random(1000)) / 10000
+                    let speed: Double? = random(3) == 0 ? nil : random(10) == 0 ? odd[random(odd.count)] : Double(random(150)) / 10
+                    input = .fix(Fix(seq: seq, device: device, time: checkoutAt(t), lat: lat, lon: 16, accuracyM: random(5) == 0 ? .nan : 5, speedMps: speed, source: .api))
+                default: input = .tick(now: checkoutAt(t))
+                }
+                for checkout in detector.handle(input) {
+                    #expect(seen.insert(checkout.eventID).inserted, "\(checkout.eventID) twice")
+                    #expect(checkout.rideS.isFinite)
+                }
+            }
+            #expect(seen.count > 10, "the garbage should still check out now and then")
+        }
+    }
+}

@@ -1,0 +1,86 @@
+import DrivebusKit
+import Foundation
+import Testing
+
+/// Check-in, motion and fixes through the real ingest HTTP endpoints; `taxi.checkout` off the bus.
+@Suite(.serialized) struct CheckoutSystemTests {
+    @Test func aRiderIsCheckedOutWhenTheyWalkAwayAndOnlyOnce() async throws {
+        let dir = TempDir()
+        let port = freePort()
+        let token = "rider-token-0123456789"
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: rider, token: \(token)}]
+            ingest: {listen: "127.0.0.1:\(port)"}
+            """
+        let path = dir.file("drivebus.yaml", yaml)
+        let config = try DrivebusConfig.parse(yaml: yaml)
+        let base = "http://127.0.0.1:\(port)"
+        let bus = try Child("drivebus-bus", ["--config", path])
+        let ingest = try Child("drivebus-ingest", ["--config", path])
+        var checkout = try Child("drivebus-checkout", ["--config", path])
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        let client = BusClient(config: config, name: "test")
+        var events = try await client.subscribe(["taxi.checkout.", "svc.heartbeat.checkout"]).makeAsyncIterator()
+        while let message = await events.next(), message.topic != "svc.heartbeat.checkout" {}
+        func nextCheckout() async -> BusMessage? {
+            while let message = await events.next() {
+                if message.topic.hasPrefix("taxi.checkout.") { return message }
+            }
+            return nil
+        }
+
+        let checkin = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 - 3600)
+        func at(_ seconds: Double) -> String { RFC3339.format(checkin.addingTimeInterval(seconds)) }
+        #expect(try await http("POST", base + "/api/v1/taxi/checkin", token: token, body: Data(#"{"time":"\#(at(0))"}"#.utf8)).status == 200)
+        // Walking to the taxi (inside the grace period), the ride, a short stop, then the walk away.
+        let motion = """
+            {"samples":[
+              {"start":"\(at(-30))","activity":"walking","confidence":"high"},
+              {"start":"\(at(20))","activity":"automotive","confidence":"high"},
+              {"start":"\(at(400))","activity":"walking","confidence":"medium"},
+              {"start":"\(at(420))","activity":"automotive","confidence":"high"},
+              {"start":"\(at(900))","activity":"walking","confidence":"high"},
+              {"start":"\(at(1000))","activity":"stationary","confidence":"high"}]}
+            """
+        let fixes = (0..<10).map { #"{"time":"\#(at(Double($0) * 100))","lat":\#(48.2 + Double($0) * 0.005),"lon":16.37,"speed_mps":12}"# }
+        #expect(try await http("POST", base + "/api/v1/fixes", token: token, body: Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8)).status == 200)
+        #expect(try await http("POST", base + "/api/v1/motion", token: token, body: Data(motion.utf8)).status == 200)
+
+        let message = try #require(await nextCheckout())
+        #expect(message.topic == "taxi.checkout.rider")
+        #expect(message.header.id == "taxi.checkout-rider-1")
+        let payload = try message.decode(TaxiCheckout.self)
+        #expect(payload.checkinTime == checkin)
+        #expect(payload.checkoutTime == checkin.addingTimeInterval(900))
+        #expect(payload.reason == .walking)
+        #expect(payload.confidence == .high)
+        #expect(payload.rideS == 900)
+
+        // Killed and restarted, the service replays from its checkpoint and publishes nothing new.
+        let later = try await client.subscribe(["taxi.checkout."])
+        let collector = Task {
+            var seen: [BusMessage] = []
+            for await message in later { seen.append(message) }
+            return seen
+        }
+        checkout.signal(SIGKILL)
+        _ = try await checkout.exitStatus()
+        checkout = try Child("drivebus-checkout", ["--config", path])
+        var restarted: HealthReply?
+        _ = await eventually(within: .seconds(20)) {
+            restarted = try? await client.call(.checkout, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300))
+            return restarted?.lastSeq["journal"] == 17
+        }
+        #expect(restarted?.lastSeq["journal"] == 17)
+        try await Task.sleep(for: .seconds(1.5))
+        collector.cancel()
+        let seen = await collector.value
+        #expect(seen.allSatisfy { $0.header.id == "taxi.checkout-rider-1" }, "a second, different check-out: \(seen.map(\.header.id))")
+
+        await client.shutdown()
+        for child in [checkout, ingest, bus] { child.signal(SIGTERM) }
+        for child in [checkout, ingest, bus] { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+    }
+}
