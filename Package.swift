@@ -79,7 +79,10 @@ let package = Package(
         ]),
         .testTarget(
             name: "DrivebusTests",
-            dependencies: ["DrivebusKit", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore"],
+            dependencies: [
+                "DrivebusKit", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Tests/DrivebusTests",
             // Tests of cores that are not wired in yet.
             exclude: ["StatsCoreTests.swift"]

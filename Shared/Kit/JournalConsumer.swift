@@ -73,6 +73,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let checkpointInterval: Duration
     private let seq = Atomic<UInt64>(0)
     private let replayed = Atomic<Int>(0)
+    private let caughtUp = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
@@ -99,6 +100,10 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// The last journal seq processed, for heartbeats and `health`.
     public var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
 
+    /// Whether the start-up replay is done and the subscription is known to reach ingest: from
+    /// then on, new messages are applied live.
+    public var isLive: Bool { caughtUp.load(ordering: .relaxed) }
+
     /// Journal messages applied from replays rather than live (a metric of lost or late messages).
     public var replayedCount: Int { replayed.load(ordering: .relaxed) }
 
@@ -106,13 +111,32 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     public func withState<T>(_ body: (inout Core) -> T) -> T { state.withLock { body(&$0.core) } }
 
     public func run() async throws {
-        // Subscribe first, so that nothing published during the catch-up is missed.
-        var messages = try await context.bus.subscribe(JournalTopics.prefixes).cancelOnGracefulShutdown().makeAsyncIterator()
+        // Subscribe first, so that nothing published during the catch-up is missed. Ingest's
+        // heartbeat comes along: it proves the subscription reaches ingest, and it carries the
+        // journal's last seq, which reveals a message lost at the tail of the stream.
+        var messages = try await context.bus.subscribe(JournalTopics.prefixes + ["svc.heartbeat.ingest"])
+            .cancelOnGracefulShutdown().makeAsyncIterator()
         try await catchUp(to: nil)
+        var claimed: UInt64 = 0
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask { await self.periodic(self.tickInterval) { self.process(self.state.withLock { self.tick(&$0.core, Date()) }) } }
             group.addTask { await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
             while let message = try await messages.next() {
+                if message.topic == "svc.heartbeat.ingest" {
+                    guard let journal = (try? message.decode(Heartbeat.self))?.lastSeq["journal"] else { continue }
+                    // A seq an earlier heartbeat claimed and that has still not arrived was lost:
+                    // everything before this heartbeat has passed through the same queue.
+                    if claimed > lastSeq {
+                        context.logger.notice("journal messages lost at the tail: replaying", metadata: ["from": "\(lastSeq + 1)", "to": "\(claimed)"])
+                        try await catchUp(to: claimed)
+                    }
+                    claimed = journal
+                    if !isLive {
+                        try await catchUp(to: journal)
+                        caughtUp.store(true, ordering: .relaxed)
+                    }
+                    continue
+                }
                 guard let seq = Self.journalSeq(message) else { continue }
                 let last = lastSeq
                 if seq <= last { continue }

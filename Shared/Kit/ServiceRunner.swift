@@ -25,11 +25,22 @@ public struct ServiceParts: Sendable {
     public var rpc: [String: RPCHandler]
     /// The last sequence numbers processed, by stream, for heartbeats and `health`.
     public var lastSeq: @Sendable () -> [String: UInt64]
+    /// False while the service is still catching up: `health` then says `starting`.
+    public var ready: @Sendable () -> Bool
 
-    public init(services: [any Service] = [], rpc: [String: RPCHandler] = [:], lastSeq: @escaping @Sendable () -> [String: UInt64] = { [:] }) {
+    public init(
+        services: [any Service] = [], rpc: [String: RPCHandler] = [:], lastSeq: @escaping @Sendable () -> [String: UInt64] = { [:] },
+        ready: @escaping @Sendable () -> Bool = { true }
+    ) {
         self.services = services
         self.rpc = rpc
         self.lastSeq = lastSeq
+        self.ready = ready
+    }
+
+    /// A service built around a journal consumer: its seq and readiness are the consumer's.
+    public init<Core>(consumer: JournalConsumer<Core>, services: [any Service] = [], rpc: [String: RPCHandler] = [:]) {
+        self.init(services: [consumer] + services, rpc: rpc, lastSeq: { ["journal": consumer.lastSeq] }, ready: { consumer.isLive })
     }
 }
 
@@ -111,7 +122,7 @@ public enum ServiceRunner {
         let (requests, rpcSocket) = try await bus.loop.serveRequests(rpcEndpoint)
         let context = ServiceContext(name: name, config: config, logger: logger, bus: bus, publisher: publisher)
         let parts = try await build(context)
-        let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq)
+        let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq, ready: parts.ready)
 
         var handlers = parts.rpc
         handlers["health"] = { _ in RPC.encode(RPCReply.success(status.health())) }
@@ -140,13 +151,15 @@ struct ServiceStatus: Sendable {
     let name: ServiceName
     let publisher: Publisher
     let lastSeq: @Sendable () -> [String: UInt64]
+    let ready: @Sendable () -> Bool
     let startedAt = Date()
     private let started = ContinuousClock.now
 
-    init(name: ServiceName, publisher: Publisher, lastSeq: @escaping @Sendable () -> [String: UInt64]) {
+    init(name: ServiceName, publisher: Publisher, lastSeq: @escaping @Sendable () -> [String: UInt64], ready: @escaping @Sendable () -> Bool) {
         self.name = name
         self.publisher = publisher
         self.lastSeq = lastSeq
+        self.ready = ready
     }
 
     var uptimeS: Double {
@@ -156,7 +169,7 @@ struct ServiceStatus: Sendable {
 
     func health() -> HealthReply {
         HealthReply(
-            service: name.rawValue, status: "ok", pid: getpid(), epoch: publisher.epoch, startedAt: startedAt,
+            service: name.rawValue, status: ready() ? "ok" : "starting", pid: getpid(), epoch: publisher.epoch, startedAt: startedAt,
             uptimeS: (uptimeS * 1000).rounded() / 1000, publishedSeq: publisher.lastSeq, lastSeq: lastSeq())
     }
 }

@@ -112,3 +112,117 @@ func eventually(within timeout: Duration = .seconds(10), _ condition: () async t
     }
     return try await condition()
 }
+
+/// A real HTTP server on 127.0.0.1 that records what it receives and answers as scripted:
+/// each request takes the next status from `statuses` (the last one repeats); `nil` means hang
+/// without answering until the receiver stops.
+final class WebhookReceiver: @unchecked Sendable {
+    struct Received: Sendable {
+        let method: String
+        let path: String
+        let headers: [String: String]
+        let body: String
+        let at: Date
+    }
+
+    let port: Int
+    private let listener: Int32
+    private let lock = NSLock()
+    private var requests: [Received] = []
+    private var statuses: [Int?]
+    private var stopped = false
+
+    init(statuses: [Int?] = [200]) throws {
+        self.statuses = statuses
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var one: Int32 = 1
+        setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        listen(listener, 16)
+        Thread { [self] in serve() }.start()
+    }
+
+    var url: String { "http://127.0.0.1:\(port)/open" }
+    var received: [Received] { lock.withLock { requests } }
+
+    func script(_ statuses: [Int?]) { lock.withLock { self.statuses = statuses } }
+
+    /// Wakes the accepting thread, which closes the socket itself: closing it here could hand
+    /// its descriptor number to the next receiver while the old thread still accepts on it.
+    func stop() {
+        let first = lock.withLock { () -> Bool in
+            defer { stopped = true }
+            return !stopped
+        }
+        if first { shutdown(listener, Int32(SHUT_RDWR)) }
+    }
+
+    deinit { stop() }
+
+    private func serve() {
+        while true {
+            let connection = accept(listener, nil, nil)
+            if lock.withLock({ stopped }) {
+                if connection >= 0 { close(connection) }
+                close(listener)
+                return
+            }
+            guard connection >= 0 else { continue }
+            Thread { [self] in handle(connection) }.start()
+        }
+    }
+
+    private func handle(_ connection: Int32) {
+        defer { close(connection) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { return }
+            data += buffer[0..<n]
+            guard let end = data.firstRange(of: Array("\r\n\r\n".utf8)) else { continue }
+            let head = String(decoding: data[..<end.lowerBound], as: UTF8.self).components(separatedBy: "\r\n")
+            var headers: [String: String] = [:]
+            for line in head.dropFirst() {
+                guard let colon = line.firstIndex(of: ":") else { continue }
+                headers[line[..<colon].lowercased()] = line[line.index(after: colon)...].trimmingCharacters(in: .whitespaces)
+            }
+            let length = Int(headers["content-length"] ?? "0") ?? 0
+            guard data.count - end.upperBound >= length else { continue }
+            let parts = head[0].split(separator: " ")
+            let request = Received(
+                method: String(parts[0]), path: parts.count > 1 ? String(parts[1]) : "", headers: headers,
+                body: String(decoding: data[end.upperBound..<(end.upperBound + length)], as: UTF8.self), at: Date())
+            let status: Int? = lock.withLock {
+                requests.append(request)
+                return statuses.count > 1 ? statuses.removeFirst() : statuses.first ?? 200
+            }
+            guard let status else {
+                // Hang: hold the connection open until the receiver stops.
+                while !lock.withLock({ stopped }) { usleep(20_000) }
+                return
+            }
+            let reply = "HTTP/1.1 \(status) Status\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            _ = reply.withCString { send(connection, $0, strlen($0), 0) }
+            return
+        }
+    }
+}
+
+/// Waits until `service` answers `health` with `ok`: started and caught up with the journal, so
+/// that what is sent from now on reaches it live.
+func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws {
+    let client = BusClient(config: config, name: "test-wait")
+    let live = await eventually(within: .seconds(20)) {
+        (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300)))?.status == "ok"
+    }
+    await client.shutdown()
+    #expect(live, "\(service) did not become live")
+}

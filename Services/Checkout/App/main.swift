@@ -26,7 +26,7 @@ await ServiceRunner.main(.checkout) { context in
         },
         tick: { detector, now in published(detector.handle(.tick(now: now))) }
     )
-    return ServiceParts(services: [consumer], lastSeq: { ["journal": consumer.lastSeq] })
+    return ServiceParts(consumer: consumer)
 }
 
 func published(_ checkouts: [TaxiCheckout]) -> [DerivedEvent] {

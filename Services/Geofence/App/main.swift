@@ -27,8 +27,5 @@ await ServiceRunner.main(.geofence) { context in
         },
         tick: { engine, now in delivery.route(engine.handle(.tick(now: now), now: now)) }
     )
-    return ServiceParts(
-        services: [consumer, delivery],
-        rpc: ["outbox": { _ in GateDelivery.outboxReply(outbox) }],
-        lastSeq: { ["journal": consumer.lastSeq] })
+    return ServiceParts(consumer: consumer, services: [delivery], rpc: ["outbox": { _ in GateDelivery.outboxReply(outbox) }])
 }

@@ -44,5 +44,5 @@ await ServiceRunner.main(.scorer) { context in
         apply: { state, message, _ in state.handle(message) },
         tick: { state, now in state.tick(now) }
     )
-    return ServiceParts(services: [consumer], lastSeq: { ["journal": consumer.lastSeq] })
+    return ServiceParts(consumer: consumer)
 }

@@ -11,5 +11,5 @@ await ServiceRunner.main(.trips) { context in
         },
         tick: { segmenter, now in segmenter.handle(.tick(now: now)).compactMap(\.derived) }
     )
-    return ServiceParts(services: [consumer], lastSeq: { ["journal": consumer.lastSeq] })
+    return ServiceParts(consumer: consumer)
 }
