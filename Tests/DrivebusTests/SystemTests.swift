@@ -75,7 +75,12 @@ import Testing
         }
         #expect(Set(seen.keys) == expected, "stderr of up:\n\(up.stderr)")
 
-        let status = try await run("drivebus", ["status", "--config", path])
+        // Services that replay the journal report `starting` until they are live.
+        var status = try await run("drivebus", ["status", "--config", path])
+        _ = await eventually(within: .seconds(20)) {
+            status = (try? await run("drivebus", ["status", "--config", path])) ?? status
+            return status.status == 0
+        }
         #expect(status.status == 0, "\(status.stdout)\n\(status.stderr)")
         let lines = status.stdout.split(separator: "\n")
         #expect(lines.first?.hasPrefix("SERVICE") == true)

@@ -115,7 +115,8 @@ struct Messages {
             #expect(error.errno == ETIMEDOUT)
             #expect(error.endpoint == "ipc://\(dir.path)/nobody.rpc")
         }
-        #expect(started.duration(to: .now) < .seconds(2))
+        // It gives up instead of waiting forever (generous: the suite runs tests in parallel).
+        #expect(started.duration(to: .now) < .seconds(10))
         await loop.shutdown()
     }
 
