@@ -1,0 +1,139 @@
+import DrivebusKit
+import Foundation
+import TripsCore
+import Testing
+
+/// Ingest, trips and scorer, for real: a drive goes in over HTTP and comes out as trips and scores.
+@Suite(.serialized) struct DriveSystemTests {
+    struct Harness {
+        let dir = TempDir()
+        let path: String
+        let config: DrivebusConfig
+        let base: String
+        let token = "car-token-0123456789"
+        var processes: [ServiceName: Child] = [:]
+
+        init(_ services: [ServiceName]) async throws {
+            let port = freePort()
+            let yaml = """
+                state_dir: \(dir.path)/state
+                heartbeat_interval_s: 0.2
+                devices: [{id: car, token: \(token)}]
+                ingest: {listen: "127.0.0.1:\(port)"}
+                """
+            path = dir.file("drivebus.yaml", yaml)
+            config = try DrivebusConfig.parse(yaml: yaml)
+            base = "http://127.0.0.1:\(port)"
+            for service in [ServiceName.bus, .ingest] + services { processes[service] = try Child(service.executable, ["--config", path]) }
+            let base = base
+            #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+            for service in services { try await waitUntilLive(service, config: config) }
+        }
+
+        mutating func restart(_ service: ServiceName) async throws {
+            processes[service]?.signal(SIGKILL)
+            _ = try await processes[service]?.exitStatus()
+            processes[service] = try Child(service.executable, ["--config", path])
+        }
+
+        func post(_ fixes: ArraySlice<Fix>) async throws {
+            let body = fixes.map { fix in
+                #"{"time":"\#(RFC3339.format(fix.time))","lat":\#(fix.lat),"lon":\#(fix.lon)\#(fix.speedMps.map { ",\"speed_mps\":\($0)" } ?? "")}"#
+            }
+            let response = try await http("POST", base + "/api/v1/fixes", token: token, body: Data(#"{"fixes":[\#(body.joined(separator: ","))]}"#.utf8))
+            #expect(response.status == 200, "\(response.body)")
+        }
+
+        func stop() async throws {
+            for child in processes.values { child.signal(SIGTERM) }
+            for (service, child) in processes { #expect(try await child.exitStatus() == 0, "\(service)") }
+        }
+    }
+
+    /// Collects messages under `prefixes` until `done` says so or the time is up.
+    func collect(_ client: BusClient, _ prefixes: [String], within timeout: Duration = .seconds(30), until done: @escaping @Sendable ([BusMessage]) -> Bool) async throws -> [BusMessage] {
+        let messages = try await client.subscribe(prefixes)
+        let collector = Task {
+            var seen: [BusMessage] = []
+            for await message in messages {
+                seen.append(message)
+                if done(seen) { break }
+            }
+            return seen
+        }
+        let timer = Task { try? await Task.sleep(for: timeout); collector.cancel() }
+        let seen = await collector.value
+        timer.cancel()
+        return seen
+    }
+
+    @Test func theViennaDriveIsOneTripAndIsScored() async throws {
+        let harness = try await Harness([.trips, .scorer])
+        let client = BusClient(config: harness.config, name: "test")
+        async let seen = collect(client, ["trip.", "drive.scored."]) { messages in messages.contains { $0.topic == "drive.scored.car" } }
+        try await Task.sleep(for: .milliseconds(300))
+        let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
+        let imported = try await run("drivebus", ["import", "--config", harness.path, "--device", "car", gpx])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        let messages = try await seen
+        let ended = messages.filter { $0.topic == "trip.ended.car" }
+        #expect(ended.count == 1)
+        let trip = try #require(try ended.first?.decode(TripEnded.self))
+        #expect(abs(trip.distanceM - 22_300) <= 22_300 * 0.03, "distance \(trip.distanceM)")
+        #expect(trip.firstSeq == 1)
+        #expect(messages.filter { $0.topic == "trip.started.car" }.count == 1)
+        let scored = try #require(try messages.first { $0.topic == "drive.scored.car" }?.decode(DriveScored.self))
+        #expect(scored.tripID == trip.tripID)
+        #expect((0...100).contains(scored.score))
+        #expect(abs(scored.distanceM - trip.distanceM) < 1)
+        await client.shutdown()
+        try await harness.stop()
+    }
+
+    @Test func aKillMidStreamGivesTheSameTripsAsAnUninterruptedRun() async throws {
+        var harness = try await Harness([.trips])
+        // Drive 3 km, park 15 minutes, drive 3 km back: two trips.
+        let start = Date(timeIntervalSince1970: ((Date().timeIntervalSince1970 - 7200) / 60).rounded(.down) * 60)
+        let projection = LocalProjection(origin: Coordinate(lat: 48.2, lon: 16.37))
+        var fixes: [Fix] = []
+        func add(_ seconds: Double, _ metresEast: Double, speed: Double) {
+            let point = projection.unproject(x: metresEast, y: 0)
+            fixes.append(Fix(seq: UInt64(fixes.count + 1), device: "car", time: start.addingTimeInterval(seconds), lat: point.lat, lon: point.lon, speedMps: speed, source: .api))
+        }
+        for second in 0..<60 { add(Double(second) * 5, 0, speed: 0) }          // parked 5 min
+        for second in 0..<300 { add(300 + Double(second), Double(second) * 10, speed: 10) }
+        for second in 0..<90 { add(600 + Double(second) * 10, 3000, speed: 0) }  // parked 15 min
+        for second in 0..<300 { add(1500 + Double(second), 3000 - Double(second) * 10, speed: 10) }
+        for second in 0..<60 { add(1800 + Double(second) * 5, 0, speed: 0) }     // parked 5 min
+
+        var segmenter = TripSegmenter(configuration: TripsConfiguration())
+        let expected = fixes.flatMap { segmenter.handle(.fix($0)) }.compactMap { output -> TripEnded? in
+            if case .ended(let ended) = output { ended } else { nil }
+        }
+        #expect(expected.count == 2)
+
+        let client = BusClient(config: harness.config, name: "test")
+        let expectedIDs = Set(expected.map(\.tripID))
+        async let seen = collect(client, ["trip.ended."]) { messages in
+            Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        try await harness.post(fixes[0..<200])
+        try await harness.post(fixes[200..<450])
+        // Killed in the middle of the stream, then restarted while the rest arrives.
+        try await harness.restart(.trips)
+        try await harness.post(fixes[450..<700])
+        try await harness.post(fixes[700...])
+        let messages = try await seen
+        var byID: [String: TripEnded] = [:]
+        for message in messages {
+            let trip = try message.decode(TripEnded.self)
+            // A re-published event must be identical to the first.
+            if let earlier = byID[trip.tripID] { #expect(earlier == trip) }
+            byID[trip.tripID] = trip
+        }
+        #expect(byID.values.sorted { $0.startTime < $1.startTime } == expected)
+        await client.shutdown()
+        try await harness.stop()
+    }
+}
