@@ -34,6 +34,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client", from: "1.37.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
     ],
     targets: [
         .systemLibrary(
@@ -51,6 +52,12 @@ let package = Package(
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
         .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Scorer/Core"),
         .target(
+            name: "StatsCore",
+            dependencies: ["DrivebusSchema", "DrivebusGeo", grdb, .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            path: "Services/Stats/Core"
+        ),
+        .target(name: "StatsHTTP", dependencies: ["StatsCore", hummingbird], path: "Services/Stats/HTTP"),
+        .target(
             name: "DrivebusKit",
             dependencies: [
                 "DrivebusZMQ", "DrivebusSchema", "DrivebusGeo", "CDrivebusSupport", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
@@ -62,13 +69,15 @@ let package = Package(
             path: "Shared/Kit"
         ),
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit"], path: "Services/Bus"),
-        .executableTarget(name: "drivebus", dependencies: ["DrivebusKit", "IngestCore"], path: "Services/CLI"),
+        .executableTarget(
+            name: "drivebus",
+            dependencies: ["DrivebusKit", "IngestCore", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            path: "Services/CLI"
+        ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "CZMQ", "GeofenceCore", "TripsCore", "ScorerCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
-            path: "Benchmarks/Bench",
-            // Benchmarks of cores that are not wired in yet.
-            exclude: ["StatsBench.swift"]
+            dependencies: ["DrivebusKit", "CZMQ", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusKit"], path: "Services/Ingest/Core"),
         serviceExecutable("ingest", ["IngestCore", hummingbird, lifecycle]),
@@ -80,16 +89,15 @@ let package = Package(
         .testTarget(
             name: "DrivebusTests",
             dependencies: [
-                "DrivebusKit", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
+                "DrivebusKit", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsHTTP",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
-            path: "Tests/DrivebusTests",
-            // Tests of cores that are not wired in yet.
-            exclude: ["StatsCoreTests.swift"]
+            path: "Tests/DrivebusTests"
         ),
         serviceExecutable("checkout", ["CheckoutCore"]),
         serviceExecutable("trips", ["TripsCore"]),
         serviceExecutable("scorer", ["ScorerCore", "TripsCore"]),
-        serviceExecutable("stats"),
+        serviceExecutable("stats", ["StatsCore", "StatsHTTP", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
     ]
 )

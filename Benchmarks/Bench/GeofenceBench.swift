@@ -1,8 +1,10 @@
 import ArgumentParser
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusKit
 import Foundation
 @_spi(Testing) import GeofenceCore
+import Synchronization
 
 /// `drivebus-bench geofence`: fixes per second through the geofence core with 1,000 zones (circles
 /// and polygons scattered over a city), using the spatial index, then scanning every zone, in the
@@ -18,6 +20,9 @@ struct GeofenceBench: AsyncParsableCommand {
 
     @Option(help: "Passes; the fastest is reported.")
     var passes = 3
+
+    @Option(help: "Gate openings timed end to end (0 to skip).")
+    var openings = 200
 
     func run() async throws {
         var random = BenchRandom(seed: 7)
@@ -42,6 +47,42 @@ struct GeofenceBench: AsyncParsableCommand {
         report(["name": "geofence zones", "zones": zones, "fixes_per_s": Int(indexed.rate), "outputs": indexed.outputs])
         report(["name": "geofence zones linear", "zones": zones, "fixes_per_s": Int(linear.rate)])
         report(["name": "geofence zones index speedup", "zones": zones, "ratio": (indexed.rate / linear.rate * 10).rounded() / 10])
+        if openings > 0 { try await gateLatency() }
+    }
+
+    /// From the POST of the fix that enters the gate zone to the webhook's arrival at a local
+    /// receiver, through the real ingest, bus and geofence (release builds).
+    private func gateLatency() async throws {
+        let receiver = try BenchReceiver()
+        let token = "bench-token-0123456789"
+        let system = try await BenchSystem(services: [.bus, .ingest, .geofence], extraConfig: """
+            devices: [{id: car, token: \(token)}]
+            zones: [{id: gate, circle: {lat: 48.2, lon: 16.37, radius_m: 40}}]
+            gates: [{id: g, zone: gate, cooldown_s: 0, max_age_s: 60, webhook: {url: "http://127.0.0.1:\(receiver.port)/open", retries: 0}}]
+            """)
+        defer { system.stop() }
+        let connection = try HTTPConnection(port: system.port)
+        let headers = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
+        func post(lat: Double) throws {
+            let body = #"{"fixes":[{"time":"\#(RFC3339.format(Date()))","lat":\#(lat),"lon":16.37}]}"#
+            guard try connection.send(method: "POST", path: "/api/v1/fixes", headers: headers, body: Array(body.utf8)) == 200 else { throw POSIXError(.EIO) }
+        }
+        var latencies: [Double] = []
+        for index in 0..<openings {
+            try post(lat: 48.201)  // 111 m north: outside the zone and its hysteresis
+            try await Task.sleep(for: .milliseconds(5))
+            let started = ContinuousClock.now
+            try post(lat: 48.2)
+            while receiver.count <= index {
+                guard started.duration(to: .now) < .seconds(10) else { throw POSIXError(.ETIMEDOUT) }
+                try await Task.sleep(for: .microseconds(200))
+            }
+            latencies.append(seconds(started.duration(to: receiver.arrival(index))) * 1000)
+        }
+        latencies.sort()
+        func percentile(_ p: Double) -> Double { (latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] * 10).rounded() / 10 }
+        report(["name": "geofence gate latency", "openings": openings, "p50_ms": percentile(0.5), "p99_ms": percentile(0.99), "max_ms": (latencies.last! * 10).rounded() / 10])
+        receiver.stop()
     }
 
     /// `count` zones within 15 km of central Riga: four in five circles of 30–300 m, the rest
@@ -130,5 +171,56 @@ struct BenchRandom {
 
     mutating func next(in range: ClosedRange<Double>) -> Double {
         range.lowerBound + (range.upperBound - range.lowerBound) * Double(next() >> 11) / Double(1 << 53)
+    }
+}
+
+/// Answers every request 200 and notes when each arrived.
+final class BenchReceiver: Sendable {
+    let port: Int
+    private let listener: Int32
+    private let arrivals = Mutex<[ContinuousClock.Instant]>([])
+
+    init() throws {
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        self.listener = listener
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
+        port = Int(UInt16(bigEndian: address.sin_port))
+        listen(listener, 64)
+        Thread { [self] in
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                Thread { [self] in serve(connection) }.start()
+            }
+        }.start()
+    }
+
+    var count: Int { arrivals.withLock { $0.count } }
+    func arrival(_ index: Int) -> ContinuousClock.Instant { arrivals.withLock { $0[index] } }
+    func stop() { shutdown(listener, Int32(SHUT_RDWR)) }
+
+    private func serve(_ connection: Int32) {
+        defer { close(connection) }
+        var data: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 16_384)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
+            guard n > 0 else { return }
+            data += buffer[0..<n]
+            guard let end = data.firstRange(of: Array("\r\n\r\n".utf8)) else { continue }
+            let head = String(decoding: data[..<end.lowerBound], as: UTF8.self).lowercased()
+            let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
+                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
+            guard data.count - end.upperBound >= length else { continue }
+            arrivals.withLock { $0.append(.now) }
+            data.removeSubrange(..<(end.upperBound + length))
+            let reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+            _ = reply.withCString { send(connection, $0, strlen($0), 0) }
+        }
     }
 }

@@ -27,33 +27,11 @@ struct IngestBench: AsyncParsableCommand {
     var connections = 16
 
     func run() async throws {
-        var template = Array("/tmp/dbb-XXXXXX".utf8CString)
-        let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let port = Int.random(in: 30_000..<50_000)
         let token = "bench-token-0123456789"
-        let yaml = """
-            state_dir: \(dir)/state
-            log_level: warning
-            devices: [{id: car, token: \(token)}]
-            ingest: {listen: "127.0.0.1:\(port)"}
-            """
-        let configPath = dir + "/drivebus.yaml"
-        try yaml.write(toFile: configPath, atomically: true, encoding: .utf8)
-        let config = try DrivebusConfig.parse(yaml: yaml)
-        let binDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
-        let bus = try Process.run(URL(fileURLWithPath: binDirectory + "/drivebus-bus"), arguments: ["--config", configPath])
-        let ingest = try Process.run(URL(fileURLWithPath: binDirectory + "/drivebus-ingest"), arguments: ["--config", configPath])
-        defer {
-            ingest.terminate()
-            bus.terminate()
-            ingest.waitUntilExit()
-            bus.waitUntilExit()
-        }
-        while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
-            try await Task.sleep(for: .milliseconds(50))
-        }
-        let client = BusClient(config: config, name: "bench")
+        let system = try await BenchSystem(services: [.bus, .ingest], extraConfig: "devices: [{id: car, token: \(token)}]")
+        defer { system.stop() }
+        let port = system.port
+        let client = BusClient(config: system.config, name: "bench")
         var messages = try await client.subscribe(["fix.", "svc.heartbeat.ingest"]).makeAsyncIterator()
         while let message = await messages.next(), message.topic != "svc.heartbeat.ingest" {}
 
@@ -89,6 +67,51 @@ struct IngestBench: AsyncParsableCommand {
         }.value
         report(["name": "ingest owntracks", "requests": requests, "connections": connections, "requests_per_s": Int(Double(requests) / owntracks)])
         await client.shutdown()
+    }
+}
+
+/// The real executables (release builds beside this one) on a temporary state directory, with
+/// ingest on a random loopback port.
+final class BenchSystem {
+    let directory: String
+    let port: Int
+    let config: DrivebusConfig
+    private var processes: [Process] = []
+
+    init(services: [ServiceName], extraConfig: String) async throws {
+        var template = Array("/tmp/dbb-XXXXXX".utf8CString)
+        directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        port = Int.random(in: 30_000..<50_000)
+        let yaml = """
+            state_dir: \(directory)/state
+            log_level: warning
+            ingest: {listen: "127.0.0.1:\(port)"}
+            \(extraConfig)
+            """
+        let path = directory + "/drivebus.yaml"
+        try yaml.write(toFile: path, atomically: true, encoding: .utf8)
+        config = try DrivebusConfig.parse(yaml: yaml)
+        let binDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
+        for service in services {
+            processes.append(try Process.run(URL(fileURLWithPath: binDirectory + "/" + service.executable), arguments: ["--config", path]))
+        }
+        while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        // Wait until every journal consumer is live.
+        let client = BusClient(config: config, name: "bench-wait")
+        for service in services where service != .bus && service != .ingest {
+            while (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)))?.status != "ok" {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+        }
+        await client.shutdown()
+    }
+
+    func stop() {
+        for process in processes.reversed() { process.terminate() }
+        for process in processes { process.waitUntilExit() }
+        try? FileManager.default.removeItem(atPath: directory)
     }
 }
 

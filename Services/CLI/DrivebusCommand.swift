@@ -7,7 +7,7 @@ struct DrivebusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drivebus",
         abstract: "Operate drivebus: the home server for your phones' location and motion data.",
-        subcommands: [Up.self, Status.self, Tail.self, Import.self, Checkin.self, Keygen.self]
+        subcommands: [Up.self, Status.self, Tail.self, Import.self, Checkin.self, Export.self, Keygen.self]
     )
 }
 

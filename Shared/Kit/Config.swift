@@ -77,6 +77,8 @@ public struct DrivebusConfig: Sendable, Equatable {
 
     public struct Stats: Sendable, Equatable {
         public var listen = Listen(host: "127.0.0.1", port: 8091)
+        /// Gaps between fixes longer than this are not counted as time away from home.
+        public var maxGapS = 3600.0
     }
 
     /// How `drivebus up` restarts a child that died.
@@ -189,8 +191,9 @@ extension DrivebusConfig {
         let ingest = try top.mapping("ingest", allowed: ["listen", "max_body_bytes"])
         config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
         config.ingest.maxBodyBytes = try ingest.int("max_body_bytes", default: config.ingest.maxBodyBytes, in: 1024...(1 << 30))
-        let stats = try top.mapping("stats", allowed: ["listen"])
+        let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s"])
         config.stats.listen = try parseListen(stats, default: config.stats.listen)
+        config.stats.maxGapS = try stats.double("max_gap_s", default: config.stats.maxGapS, in: 1...31_536_000)
         let supervisor = try top.mapping("supervisor", allowed: ["restart_initial_s", "restart_max_s", "stable_after_s", "stop_timeout_s"])
         config.supervisor.restartInitialS = try supervisor.double("restart_initial_s", default: 0.5, in: 0.01...60)
         config.supervisor.restartMaxS = try supervisor.double("restart_max_s", default: 30, in: config.supervisor.restartInitialS...3600)

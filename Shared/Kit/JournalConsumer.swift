@@ -219,7 +219,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     }
 
     /// The journal seq in a journaled payload.
-    static func journalSeq(_ message: BusMessage) -> UInt64? {
+    public static func journalSeq(_ message: BusMessage) -> UInt64? {
         if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
         return (try? message.decode(SeqOnly.self))?.seq
     }
@@ -229,11 +229,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 private struct SeqOnly: Decodable { let seq: UInt64? }
 
 /// One page of ingest's `replay`.
-struct ReplayPage {
-    let lastSeq: UInt64
-    let messages: [JournalMessage]
+public struct ReplayPage: Sendable {
+    public let lastSeq: UInt64
+    public let messages: [JournalMessage]
 
-    static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
+    public static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
         let request = Array(#"{"op":"replay","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
         let reply = try await bus.loop.request(ZMQEndpoint(bus.config.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
         guard case .object(let root) = try JSONValue.parse(reply) else { throw RPCErrorBody.badRequest("replay reply is not an object") }

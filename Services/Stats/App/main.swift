@@ -1,3 +1,32 @@
 import DrivebusKit
+import Foundation
+import Hummingbird
+import Prometheus
+import ServiceLifecycle
+import StatsCore
+import StatsHTTP
 
-await ServiceRunner.main(.stats)
+await ServiceRunner.main(.stats) { context in
+    let config = context.config
+    var homes: [String: StatsStore.Configuration.Home] = [:]
+    for device in config.devices {
+        guard let home = device.home, let zone = config.geofence.zones.first(where: { $0.id == home }) else { continue }
+        switch zone.shape {
+        case .circle(let center, let radiusM):
+            homes[device.id] = .init(center: center, radiusM: radiusM)
+        case .polygon(let vertices):
+            // Time away is measured against a circle: the polygon's largest inscribed one.
+            let polygon = GeoPolygon(vertices)
+            homes[device.id] = .init(center: polygon.projection.origin, radiusM: polygon.inradiusM)
+        }
+    }
+    let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))
+    let metrics = StatsMetrics()
+    let recorder = StatsRecorder(context: context, store: store, metrics: metrics)
+    let http = Application(
+        router: makeStatsRouter(store: store, configuration: .init(metrics: { metrics.text() })),
+        configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
+        logger: context.logger
+    )
+    return ServiceParts(services: [recorder, http], lastSeq: { ["journal": recorder.lastSeq] }, ready: { recorder.isLive })
+}

@@ -1,0 +1,39 @@
+import DrivebusKit
+import Foundation
+import Prometheus
+import StatsCore
+
+/// `GET /metrics`: every service's work, from the heartbeats, and the store's own.
+final class StatsMetrics: Sendable {
+    private let registry = PrometheusCollectorRegistry()
+    private let batchDuration: DurationHistogram
+
+    init() {
+        batchDuration = registry.makeDurationHistogram(
+            name: "drivebus_stats_store_batch_seconds",
+            buckets: [.milliseconds(1), .milliseconds(5), .milliseconds(20), .milliseconds(100), .milliseconds(500), .seconds(2)],
+            help: "Time to store one batch of bus events in SQLite")
+    }
+
+    func record(_ beat: Heartbeat) {
+        let service = [("service", beat.service)]
+        registry.makeGauge(name: "drivebus_service_up", labels: service, help: "1 while the service heartbeats").set(to: beat.status == "ok" ? 1.0 : 0.0)
+        registry.makeGauge(name: "drivebus_service_uptime_seconds", labels: service, help: "Seconds since the service started").set(to: beat.uptimeS)
+        registry.makeGauge(name: "drivebus_service_published_seq", labels: service, help: "Messages the service published in this run").set(to: Double(beat.publishedSeq))
+        for (stream, value) in beat.lastSeq {
+            registry.makeGauge(name: "drivebus_service_last_seq", labels: service + [("stream", stream)], help: "The last sequence number the service processed").set(to: Double(value))
+        }
+    }
+
+    func stored(_ events: [StoredEvent], summary: StatsStore.Summary, took duration: Duration) {
+        batchDuration.record(duration)
+        var byType: [String: Int] = [:]
+        for event in events { byType[event.type, default: 0] += 1 }
+        for (type, count) in byType {
+            registry.makeCounter(name: "drivebus_stats_events_total", labels: [("type", type)], help: "Bus events received by stats").increment(by: Int64(count))
+        }
+        registry.makeCounter(name: "drivebus_stats_duplicates_total", help: "Events stats already had").increment(by: Int64(summary.duplicates))
+    }
+
+    func text() -> String { registry.emitToString() }
+}

@@ -1,0 +1,151 @@
+import DrivebusKit
+import Foundation
+import Logging
+import ScorerCore
+import ServiceLifecycle
+import StatsCore
+import Synchronization
+import TripsCore
+
+/// What stats derives itself from the journal: trips and scores, with the same segmenter and
+/// scorer (and config) the trips and scorer services run, so the database holds every trip and
+/// score even if stats was down when they were published. Same inputs, same ids: the copies
+/// that arrive over the bus are deduplicated away.
+struct StatsDerivations: Codable, Sendable {
+    var segmenter: TripSegmenter
+    var scorer: DriveScorer
+
+    mutating func handle(_ message: JournalMessage) -> [DerivedEvent] {
+        var events: [DerivedEvent] = []
+        var scored: [ScorerOutput] = []
+        switch message.type {
+        case "fix": if let fix = try? BusJSON.decode(Fix.self, from: message.payload) { scored += scorer.handle(.fix(fix)) }
+        case "session.started": if let session = try? BusJSON.decode(SessionStarted.self, from: message.payload) { scored += scorer.handle(.sessionStarted(session)) }
+        case "session.stopped": if let session = try? BusJSON.decode(SessionStopped.self, from: message.payload) { scored += scorer.handle(.sessionStopped(session)) }
+        default: break
+        }
+        if let input = TripsInput(message) {
+            for output in segmenter.handle(input) {
+                if let event = output.derived { events.append(event) }
+                if let trip = output.scorerInput { scored += scorer.handle(trip) }
+            }
+        }
+        return events + scored.compactMap(\.derived)
+    }
+}
+
+/// Stores everything on the bus. Journal messages are stored exactly once and in order,
+/// recovered by replay like every other consumer; the database is its own checkpoint (the last
+/// journal seq and the derivations are written in the same transaction as the data).
+final class StatsRecorder: Service, Sendable {
+    private let context: ServiceContext
+    private let store: StatsStore
+    private let metrics: StatsMetrics
+    private let seq = Atomic<UInt64>(0)
+    private let live = Atomic<Bool>(false)
+    private let derivations: Mutex<StatsDerivations>
+
+    init(context: ServiceContext, store: StatsStore, metrics: StatsMetrics) {
+        self.context = context
+        self.store = store
+        self.metrics = metrics
+        derivations = Mutex(StatsDerivations(
+            segmenter: TripSegmenter(configuration: context.config.trips), scorer: DriveScorer(configuration: context.config.scorer)))
+    }
+
+    var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
+    var isLive: Bool { live.load(ordering: .relaxed) }
+
+    func run() async throws {
+        let cursor = try await store.journalCursor()
+        seq.store(cursor.seq, ordering: .relaxed)
+        if let state = cursor.state, let restored = try? JSONDecoder().decode(StatsDerivations.self, from: state) {
+            let scorerConfiguration = context.config.scorer
+            derivations.withLock {
+                $0 = restored
+                $0.scorer.configuration = scorerConfiguration
+            }
+        }
+        let batches = try await context.bus.loop.subscribe(context.bus.endpoints.out, prefixes: [""])
+        try await catchUp(to: nil)
+        var claimed: UInt64 = 0
+        for await frames in batches.cancelOnGracefulShutdown() {
+            var pending: [StoredEvent] = []
+            for message in frames.compactMap({ try? BusMessage(frames: $0) }) {
+                if message.topic.hasPrefix("svc.heartbeat.") {
+                    guard let beat = try? message.decode(Heartbeat.self) else { continue }
+                    metrics.record(beat)
+                    if beat.service == "ingest", let journal = beat.lastSeq["journal"] {
+                        if claimed > lastSeq {
+                            try await flush(&pending)
+                            try await catchUp(to: claimed)
+                        }
+                        claimed = journal
+                        if !isLive {
+                            try await flush(&pending)
+                            try await catchUp(to: journal)
+                            live.store(true, ordering: .relaxed)
+                        }
+                    }
+                    continue
+                }
+                if JournalTopics.types.contains(message.header.type) {
+                    guard let journalSeq = JournalConsumer<StatsDerivations>.journalSeq(message), journalSeq > lastSeq else { continue }
+                    if journalSeq > lastSeq + 1 {
+                        try await flush(&pending)
+                        try await catchUp(to: journalSeq - 1)
+                    }
+                    pending += record(JournalMessage(seq: journalSeq, topic: message.topic, payload: message.payload), time: message.header.time)
+                } else {
+                    // Derived events from the other services; ids deduplicate them.
+                    pending.append(StoredEvent(
+                        id: message.header.id, type: message.header.type, device: message.device, source: message.header.source,
+                        time: message.header.time, payload: message.payload))
+                }
+            }
+            try await flush(&pending)
+        }
+    }
+
+    /// The stored form of a journal message, plus what stats derives from it. Advances `seq`.
+    private func record(_ message: JournalMessage, time: Date) -> [StoredEvent] {
+        let derived = derivations.withLock { $0.handle(message) }
+        seq.store(message.seq, ordering: .relaxed)
+        let device = message.topic.split(separator: ".").last.map(String.init)
+        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: device, source: "ingest", time: time, payload: message.payload)]
+            + derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: time, payload: $0.payload) }
+    }
+
+    private func flush(_ pending: inout [StoredEvent]) async throws {
+        guard !pending.isEmpty else { return }
+        let state = derivations.withLock { try? JSONEncoder().encode($0) }
+        let started = ContinuousClock.now
+        let summary = try await store.store(pending, journalSeq: lastSeq, state: state)
+        metrics.stored(pending, summary: summary, took: started.duration(to: .now))
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    private func catchUp(to target: UInt64?) async throws {
+        var attempt = 0
+        while !Task.isShuttingDownGracefully {
+            if let target, lastSeq >= target { return }
+            let page: ReplayPage
+            do {
+                page = try await ReplayPage.fetch(from: lastSeq + 1, limit: 5000, bus: context.bus)
+                attempt = 0
+            } catch {
+                attempt += 1
+                if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
+                let pause = Duration.milliseconds(min(200 * attempt, 2000))
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+                continue
+            }
+            var pending: [StoredEvent] = []
+            for message in page.messages where message.seq == lastSeq + 1 {
+                pending += record(message, time: Date())
+            }
+            try await flush(&pending)
+            if page.messages.isEmpty || lastSeq >= page.lastSeq { return }
+        }
+    }
+}

@@ -1,0 +1,302 @@
+import DrivebusGeo
+import DrivebusSchema
+import Foundation
+import GRDB
+
+/// One message from the bus, as the stats service keeps it.
+public struct StoredEvent: Sendable, Equatable {
+    /// The envelope's event id: the key that makes storage idempotent.
+    public var id: String
+    /// `fix`, `trip.ended`, `geofence.enter`, … (the header's `type`, not the topic).
+    public var type: String
+    public var device: String?
+    public var source: String
+    /// The envelope's time.
+    public var time: Date
+    /// The payload JSON, as published.
+    public var payload: [UInt8]
+
+    public init(id: String, type: String, device: String?, source: String, time: Date, payload: [UInt8]) {
+        self.id = id
+        self.type = type
+        self.device = device
+        self.source = source
+        self.time = time
+        self.payload = payload
+    }
+}
+
+/// The stats database: every event from the bus, plus the tables the HTTP API reads.
+///
+/// Writes go through one GRDB writer; reads use WAL snapshots, so exports never hold up storing.
+public final class StatsStore: Sendable {
+    public struct Configuration: Sendable {
+        /// Each device's home, a circle: `is_home`, `distance_from_home_m` and `away_from_home_s`.
+        public struct Home: Sendable, Equatable {
+            public var center: Coordinate
+            public var radiusM: Double
+            public init(center: Coordinate, radiusM: Double) {
+                self.center = center
+                self.radiusM = radiusM
+            }
+        }
+
+        /// How hard a commit waits for the disk.
+        public enum Durability: String, Sendable {
+            /// `synchronous=FULL`: a batch that `store` returned from survives a power cut, so a
+            /// checkpoint written after it never claims events that were lost.
+            case full
+            /// `synchronous=NORMAL`: faster, but the last commits can vanish on power loss.
+            case normal
+        }
+
+        /// `STATE/data/drivebus.sqlite`.
+        public var path: String
+        public var homes: [String: Home]
+        /// Time between two fixes longer than this is unknown: not counted as away from home,
+        /// and a new track segment in GPX exports (`stats.max_gap_s`).
+        public var maxGapS: Double
+        /// Douglas-Peucker tolerance for `map.geojson` and `map.svg`.
+        public var mapToleranceM: Double
+        public var durability: Durability
+        /// SQLite reader connections: each streaming export holds one for its whole run.
+        public var maxReaders: Int
+
+        public init(
+            path: String, homes: [String: Home] = [:], maxGapS: Double = 3600, mapToleranceM: Double = 10,
+            durability: Durability = .full, maxReaders: Int = 8
+        ) {
+            self.path = path
+            self.homes = homes
+            self.maxGapS = maxGapS
+            self.mapToleranceM = mapToleranceM
+            self.durability = durability
+            self.maxReaders = maxReaders
+        }
+    }
+
+    /// What one `store` call did, for logs and metrics.
+    public struct Summary: Sendable, Equatable {
+        /// Events new to the database.
+        public var inserted = 0
+        /// Events whose id was already stored: replays and re-sends.
+        public var duplicates = 0
+        /// Heartbeats, which are not kept.
+        public var skipped = 0
+        /// Events kept in `events` whose payload could not be projected (a bad or unexpected
+        /// payload), with the first few reasons.
+        public var unprojected = 0
+        public var problems: [String] = []
+        public init() {}
+    }
+
+    public let configuration: Configuration
+    let pool: DatabasePool
+
+    public init(_ configuration: Configuration) throws {
+        self.configuration = configuration
+        var config = GRDB.Configuration()
+        config.maximumReaderCount = max(2, configuration.maxReaders)
+        config.busyMode = .timeout(10)
+        let synchronous = configuration.durability == .full ? "FULL" : "NORMAL"
+        config.prepareDatabase { db in
+            try db.execute(sql: "PRAGMA synchronous = \(synchronous)")
+        }
+        let directory = (configuration.path as NSString).deletingLastPathComponent
+        if !directory.isEmpty {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        }
+        // A DatabasePool always runs in WAL mode.
+        pool = try DatabasePool(path: configuration.path, configuration: config)
+        try StatsSchema.migrator.migrate(pool)
+    }
+
+    /// Stores a batch in one transaction. Idempotent by event id: a replayed or re-sent event
+    /// changes nothing. Blocks the calling thread for the commit.
+    @discardableResult
+    public func store(_ batch: [StoredEvent]) throws -> Summary {
+        try pool.write { db in try Projector.store(batch, in: db) }
+    }
+
+    /// The same, waiting on GRDB's writer queue instead of blocking the caller's thread.
+    @discardableResult
+    public func store(_ batch: [StoredEvent]) async throws -> Summary {
+        try await pool.write { db in try Projector.store(batch, in: db) }
+    }
+
+    /// Stores a batch and, in the same transaction, the last journal seq it completes: the
+    /// database is its own checkpoint, so a crash can never record a seq whose data is missing.
+    /// `state` is the caller's own state at that seq (the stats service's derivations), kept in
+    /// the same transaction for the same reason.
+    @discardableResult
+    public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: Data? = nil) async throws -> Summary {
+        try await pool.write { db in
+            let summary = try Projector.store(batch, in: db)
+            try db.execute(
+                sql: "INSERT INTO cursors (name, value, state) VALUES ('journal', ?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value, state = excluded.state",
+                arguments: [Int64(journalSeq), state])
+            return summary
+        }
+    }
+
+    /// The last journal seq whose messages are all stored, and the state stored with it.
+    public func journalCursor() async throws -> (seq: UInt64, state: Data?) {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT value, state FROM cursors WHERE name = 'journal'") else { return (0, nil) }
+            return (UInt64(row["value"] as Int64), row["state"] as Data?)
+        }
+    }
+
+    /// Row counts per table, for tests, `health` and metrics.
+    public func counts() async throws -> [String: Int] {
+        try await pool.read { db in
+            var counts: [String: Int] = [:]
+            for table in StatsSchema.tables {
+                counts[table] = try Int.fetchOne(db, sql: "SELECT count(*) FROM \(table)") ?? 0
+            }
+            return counts
+        }
+    }
+
+    /// Closes the connections; later calls fail.
+    public func close() throws { try pool.close() }
+
+    func home(of device: String) -> Configuration.Home? { configuration.homes[device] }
+}
+
+enum StatsSchema {
+    static let tables = ["events", "fixes", "devices", "trips", "scores", "sessions", "geofence_transitions", "gate_calls", "checkouts"]
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            // Times are integer milliseconds since 1970 UTC: the bus's resolution, exact to compare.
+            try db.execute(sql: """
+                CREATE TABLE events (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    type TEXT NOT NULL,
+                    device TEXT,
+                    source TEXT NOT NULL,
+                    time_ms INTEGER NOT NULL,
+                    payload BLOB NOT NULL
+                );
+                CREATE TABLE fixes (
+                    device TEXT NOT NULL,
+                    time_ms INTEGER NOT NULL,
+                    lat REAL NOT NULL,
+                    lon REAL NOT NULL,
+                    accuracy_m REAL,
+                    altitude_m REAL,
+                    speed_mps REAL,
+                    course_deg REAL,
+                    seq INTEGER,
+                    PRIMARY KEY (device, time_ms, lat, lon)
+                ) WITHOUT ROWID;
+                CREATE TABLE devices (
+                    device TEXT PRIMARY KEY NOT NULL,
+                    first_ms INTEGER NOT NULL,
+                    last_ms INTEGER NOT NULL
+                );
+                CREATE TABLE trips (
+                    trip_id TEXT PRIMARY KEY NOT NULL,
+                    device TEXT NOT NULL,
+                    start_ms INTEGER NOT NULL,
+                    end_ms INTEGER NOT NULL,
+                    duration_s REAL,
+                    distance_m REAL,
+                    max_speed_mps REAL,
+                    avg_speed_mps REAL,
+                    ascent_m REAL,
+                    descent_m REAL,
+                    start_lat REAL, start_lon REAL,
+                    end_lat REAL, end_lon REAL,
+                    fix_count INTEGER,
+                    first_seq INTEGER,
+                    last_seq INTEGER,
+                    track TEXT NOT NULL,
+                    event_id TEXT NOT NULL
+                );
+                CREATE INDEX trips_by_start ON trips(start_ms);
+                CREATE INDEX trips_by_device ON trips(device, start_ms);
+                CREATE TABLE scores (
+                    trip_id TEXT PRIMARY KEY NOT NULL,
+                    device TEXT,
+                    start_ms INTEGER,
+                    score REAL,
+                    distance_m REAL,
+                    events TEXT NOT NULL,
+                    counts TEXT NOT NULL,
+                    events_per_100km REAL,
+                    speed_variation REAL,
+                    session_id TEXT,
+                    candidate TEXT,
+                    event_id TEXT NOT NULL
+                );
+                CREATE INDEX scores_by_session ON scores(session_id);
+                CREATE TABLE sessions (
+                    session_id TEXT PRIMARY KEY NOT NULL,
+                    device TEXT NOT NULL,
+                    candidate TEXT NOT NULL,
+                    instructor TEXT,
+                    note TEXT,
+                    start_ms INTEGER NOT NULL,
+                    end_ms INTEGER
+                );
+                CREATE INDEX sessions_by_candidate ON sessions(candidate, start_ms);
+                CREATE INDEX sessions_by_device ON sessions(device, start_ms);
+                CREATE TABLE geofence_transitions (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    device TEXT NOT NULL,
+                    zone TEXT NOT NULL,
+                    event TEXT NOT NULL,
+                    time_ms INTEGER NOT NULL,
+                    lat REAL, lon REAL,
+                    seq INTEGER,
+                    dwell_s REAL
+                );
+                CREATE INDEX geofence_by_device ON geofence_transitions(device, time_ms);
+                CREATE TABLE gate_calls (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    outcome TEXT NOT NULL,
+                    gate TEXT NOT NULL,
+                    device TEXT,
+                    zone TEXT,
+                    seq INTEGER,
+                    idempotency_key TEXT,
+                    status INTEGER,
+                    latency_ms REAL,
+                    attempts INTEGER,
+                    error TEXT,
+                    time_ms INTEGER NOT NULL
+                );
+                CREATE INDEX gate_calls_by_device ON gate_calls(device, time_ms);
+                CREATE TABLE checkouts (
+                    id TEXT PRIMARY KEY NOT NULL,
+                    device TEXT NOT NULL,
+                    checkin_ms INTEGER,
+                    checkout_ms INTEGER NOT NULL,
+                    reason TEXT,
+                    confidence TEXT,
+                    ride_s REAL,
+                    ride_distance_m REAL
+                );
+                CREATE INDEX checkouts_by_device ON checkouts(device, checkout_ms);
+                """)
+        }
+        migrator.registerMigration("v2-cursors") { db in
+            try db.execute(sql: "CREATE TABLE cursors (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL, state BLOB)")
+        }
+        return migrator
+    }
+}
+
+/// Milliseconds since 1970, the unit of every time column.
+@inline(__always)
+func milliseconds(_ date: Date) -> Int64 {
+    let ms = (date.timeIntervalSince1970 * 1000).rounded()
+    // Clamped so that an absurd date cannot trap; validation refuses such times anyway.
+    return ms.isFinite ? Int64(max(-9e15, min(9e15, ms))) : 0
+}
+
+@inline(__always)
+func msDate(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }

@@ -1,0 +1,254 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import StatsCore
+
+/// How the stats HTTP API serves its routes.
+public struct StatsHTTPConfiguration: Sendable {
+    /// Exports running at once; more get 503 `stats.busy`. Each holds a SQLite reader and a thread.
+    public var maxConcurrentExports: Int
+    /// The size of the pieces an export is written in.
+    public var chunkBytes: Int
+    /// Chunks an export may run ahead of the client: its memory is about this × `chunkBytes`.
+    public var bufferedChunks: Int
+    /// `GET /metrics` (Prometheus text), which the service feeds from heartbeats; 404 while nil.
+    public var metrics: (@Sendable () async -> String)?
+
+    public init(
+        maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
+        metrics: (@Sendable () async -> String)? = nil
+    ) {
+        self.maxConcurrentExports = maxConcurrentExports
+        self.chunkBytes = chunkBytes
+        self.bufferedChunks = bufferedChunks
+        self.metrics = metrics
+    }
+}
+
+/// The routes of issue 8, for `Application(router:configuration:)`. Every route takes `device`,
+/// `from` and `to`; bad parameters get 400 `{"error":{"code","field","message"}}`.
+public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfiguration = .init()) -> Router<BasicRequestContext> {
+    let router = Router(context: BasicRequestContext.self)
+    let exports = ExportGate(limit: configuration.maxConcurrentExports)
+
+    router.get("/api/v1/trips") { request, context in
+        await respond(context) { json(try await store.tripsJSON(try query(request))) }
+    }
+    router.get("/api/v1/trips/:id") { request, context in
+        await respond(context) {
+            _ = try query(request)
+            return json(try await store.tripJSON(id: try pathParameter("id", context)))
+        }
+    }
+    router.get("/api/v1/stats/daily") { request, context in
+        await respond(context) { json(try await store.periodsJSON(.day, try query(request))) }
+    }
+    router.get("/api/v1/stats/monthly") { request, context in
+        await respond(context) { json(try await store.periodsJSON(.month, try query(request))) }
+    }
+    router.get("/api/v1/sessions/:candidate") { request, context in
+        await respond(context) {
+            json(try await store.sessionsJSON(candidate: try pathParameter("candidate", context), try query(request)))
+        }
+    }
+    let streamed: [(String, StatsExport)] =
+        StatsExport.Format.allCases.map { ("/api/v1/export/fixes.\($0.rawValue)", .fixes($0)) }
+        + [.gpx, .geojson].map { ("/api/v1/export/trips.\($0.rawValue)", .trips($0)) }
+        + [("/api/v1/map.geojson", .map)]
+    for (path, export) in streamed {
+        router.get(RouterPath(path)) { request, context in
+            await respond(context) {
+                let query = try query(request)
+                try await store.validate(export, query)
+                guard exports.hasRoom else { throw StatsError.busy }
+                var response = stream(export, query, store: store, gate: exports, configuration: configuration)
+                if export != .map {
+                    response.headers[.contentDisposition] = "attachment; filename=\"\(export.filename(device: query.device))\""
+                }
+                return response
+            }
+        }
+    }
+    router.get("/map.svg") { request, context in
+        await respond(context) {
+            let parameters = StatsParameters(query: request.uri.query ?? "")
+            let query = try StatsQuery.parse(parameters)
+            let width = try parameters.integer("width", default: 1200, in: 100...10_000)
+            let height = try parameters.integer("height", default: 900, in: 100...10_000)
+            return Response(
+                status: .ok, headers: [.contentType: "image/svg+xml"],
+                body: .init(byteBuffer: ByteBuffer(bytes: try await store.mapSVG(query, width: width, height: height))))
+        }
+    }
+    router.get("/metrics") { _, context in
+        await respond(context) {
+            guard let metrics = configuration.metrics else { throw StatsError.notFound("path", "metrics are not enabled") }
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                body: .init(byteBuffer: ByteBuffer(string: await metrics())))
+        }
+    }
+    return router
+}
+
+private func query(_ request: Request) throws(StatsError) -> StatsQuery {
+    try StatsQuery.parse(StatsParameters(query: request.uri.query ?? ""))
+}
+
+private func pathParameter(_ name: String, _ context: BasicRequestContext) throws(StatsError) -> String {
+    guard let raw = context.parameters.get(name), let value = raw.removingPercentEncoding, !value.isEmpty, value.utf8.count <= 256 else {
+        throw StatsError.invalid(name, "must be 1 to 256 bytes of valid percent-encoded UTF-8")
+    }
+    return value
+}
+
+private func json(_ bytes: [UInt8]) -> Response {
+    Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
+}
+
+private func errorResponse(_ error: StatsError) -> Response {
+    Response(
+        status: .init(code: error.status), headers: [.contentType: "application/json"],
+        body: .init(byteBuffer: ByteBuffer(bytes: error.json)))
+}
+
+/// Turns thrown errors into JSON answers: refusals with their status, anything else a 500.
+private func respond(_ context: BasicRequestContext, _ body: () async throws -> Response) async -> Response {
+    do {
+        return try await body()
+    } catch let error as StatsError {
+        return errorResponse(error)
+    } catch {
+        context.logger.error("stats request failed: \(error)")
+        return errorResponse(StatsError(status: 500, code: "stats.internal", message: "the request failed on the server"))
+    }
+}
+
+/// A streamed export: a thread of its own reads SQLite and writes chunks into a small bounded
+/// pipe, and the response body sends them as the client takes them. The thread starts only when
+/// the body is written, and stops when the client goes away.
+private func stream(_ export: StatsExport, _ query: StatsQuery, store: StatsStore, gate: ExportGate, configuration: StatsHTTPConfiguration) -> Response {
+    let chunkBytes = configuration.chunkBytes, buffered = configuration.bufferedChunks
+    let body = ResponseBody { writer in
+        let pipe = ChunkPipe(capacity: buffered)
+        gate.enter()
+        let thread = Thread {
+            defer { gate.leave() }
+            do {
+                try store.export(export, query, chunkBytes: chunkBytes) { chunk in
+                    guard pipe.send(chunk) else { throw StatsError.cancelled }
+                }
+                pipe.finish(nil)
+            } catch {
+                pipe.finish(error)
+            }
+        }
+        thread.name = "stats-export"
+        thread.start()
+        do {
+            while let chunk = try await pipe.next() {
+                try await writer.write(ByteBuffer(bytes: chunk))
+            }
+            try await writer.finish(nil)
+        } catch {
+            pipe.cancel()
+            throw error
+        }
+    }
+    return Response(status: .ok, headers: [.contentType: export.contentType], body: body)
+}
+
+/// Counts running exports.
+private final class ExportGate: @unchecked Sendable {
+    private let lock = NSLock()
+    private var running = 0
+    private let limit: Int
+
+    init(limit: Int) { self.limit = max(1, limit) }
+
+    /// Checked before answering, so that a refusal can still be a 503.
+    var hasRoom: Bool { lock.withLock { running < limit } }
+    func enter() { lock.withLock { running += 1 } }
+    func leave() { lock.withLock { running -= 1 } }
+}
+
+/// A bounded hand-over from the export thread to async code. The thread blocks (on its own
+/// thread, never the cooperative pool) while the pipe is full, so a slow client slows the read
+/// instead of filling memory.
+private final class ChunkPipe: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var queue: [[UInt8]] = []
+    private var finished = false
+    private var failure: (any Error)?
+    private var cancelled = false
+    private var waiter: CheckedContinuation<[UInt8]?, any Error>?
+    private let capacity: Int
+
+    init(capacity: Int) { self.capacity = max(1, capacity) }
+
+    /// From the producer thread; false once the reader has gone.
+    func send(_ chunk: [UInt8]) -> Bool {
+        condition.lock()
+        while queue.count >= capacity && !cancelled { condition.wait() }
+        if cancelled {
+            condition.unlock()
+            return false
+        }
+        if let waiter {
+            self.waiter = nil
+            condition.unlock()
+            waiter.resume(returning: chunk)
+        } else {
+            queue.append(chunk)
+            condition.unlock()
+        }
+        return true
+    }
+
+    func finish(_ error: (any Error)?) {
+        condition.lock()
+        finished = true
+        failure = error
+        let waiter = self.waiter
+        self.waiter = nil
+        condition.unlock()
+        if let error { waiter?.resume(throwing: error) } else { waiter?.resume(returning: nil) }
+    }
+
+    func cancel() {
+        condition.lock()
+        cancelled = true
+        let waiter = self.waiter
+        self.waiter = nil
+        condition.broadcast()
+        condition.unlock()
+        waiter?.resume(throwing: CancellationError())
+    }
+
+    /// The next chunk, nil at the end; rethrows the export's error.
+    func next() async throws -> [UInt8]? {
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8]?, any Error>) in
+                condition.lock()
+                if !queue.isEmpty {
+                    let chunk = queue.removeFirst()
+                    condition.signal()
+                    condition.unlock()
+                    continuation.resume(returning: chunk)
+                } else if finished {
+                    let failure = self.failure
+                    condition.unlock()
+                    if let failure { continuation.resume(throwing: failure) } else { continuation.resume(returning: nil) }
+                } else if cancelled {
+                    condition.unlock()
+                    continuation.resume(throwing: CancellationError())
+                } else {
+                    waiter = continuation
+                    condition.unlock()
+                }
+            }
+        } onCancel: {
+            cancel()
+        }
+    }
+}

@@ -1,0 +1,92 @@
+import DrivebusSchema
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import StatsCore
+import StatsHTTP
+import Testing
+
+/// The routes, through Hummingbird's in-process test client: no sockets.
+@Suite struct StatsHTTPTests {
+    func statsApp(_ store: StatsStore, _ configuration: StatsHTTPConfiguration = .init()) -> some ApplicationProtocol {
+        Application(router: makeStatsRouter(store: store, configuration: configuration))
+    }
+
+    func statsBody(_ response: TestResponse) -> String { String(buffer: response.body) }
+
+    @Test func badParametersGet400NamingTheParameter() async throws {
+        let scratch = StatsScratch()
+        let store = try statsViennaStore(scratch)
+        try await statsApp(store).test(.router) { client in
+            for (uri, field) in [
+                ("/api/v1/trips?from=yesterday", "from"),
+                ("/api/v1/stats/daily?to=2025-13-01", "to"),
+                ("/api/v1/stats/monthly?device=a/b", "device"),
+                ("/api/v1/export/fixes.gpx?from=2025-03-02&to=2025-03-01", "to"),
+                ("/api/v1/export/fixes.csv?device=car&device=bike", "device"),
+                ("/map.svg?width=5", "width"),
+                ("/api/v1/map.geojson?from=", "from"),
+            ] {
+                try await client.execute(uri: uri, method: .get) { response in
+                    #expect(response.status == .badRequest, "\(uri)")
+                    #expect(response.headers[.contentType] == "application/json")
+                    let json = statsParse(statsBody(response))
+                    #expect(json.stats("error", "field")?.statsString == field, "\(uri)")
+                    #expect(json.stats("error", "code")?.statsString == "stats.invalid_parameter")
+                }
+            }
+            try await client.execute(uri: "/api/v1/trips/nope", method: .get) { response in
+                #expect(response.status == .notFound)
+                #expect(statsParse(statsBody(response)).stats("error", "code")?.statsString == "stats.not_found")
+            }
+            try await client.execute(uri: "/metrics", method: .get) { response in #expect(response.status == .notFound) }
+        }
+    }
+
+    @Test func routesAnswerForTheViennaDrive() async throws {
+        let scratch = StatsScratch()
+        let store = try statsViennaStore(scratch)
+        let configuration = StatsHTTPConfiguration(chunkBytes: 4096, bufferedChunks: 2, metrics: { "drivebus_up 1\n" })
+        try await statsApp(store, configuration).test(.router) { client in
+            try await client.execute(uri: "/api/v1/trips?device=car&from=2021-11-03&to=2021-11-03", method: .get) { response in
+                #expect(response.status == .ok)
+                let json = statsParse(statsBody(response))
+                #expect(json.stats("count")?.statsNumber == 1 && json.stats("trips", 0, "trip_id")?.statsString == "car-1")
+            }
+            try await client.execute(uri: "/api/v1/trips/car-1", method: .get) { response in
+                #expect(statsParse(statsBody(response)).stats("track")?.statsArray.isEmpty == false)
+            }
+            try await client.execute(uri: "/api/v1/stats/daily", method: .get) { response in
+                #expect(statsParse(statsBody(response)).stats("days", 0, "drives")?.statsNumber == 1)
+            }
+            // Streamed through the export thread and the bounded pipe.
+            try await client.execute(uri: "/api/v1/export/fixes.gpx?device=car", method: .get) { response in
+                #expect(response.status == .ok && response.headers[.contentType] == "application/gpx+xml")
+                #expect(response.headers[.contentDisposition] == "attachment; filename=\"drivebus-fixes-car.gpx\"")
+                let gpx = try #require(StatsGPXReader.parse(statsBody(response)))
+                #expect(gpx.points.count == statsVienna.count)
+                #expect(gpx.points.last.flatMap { Double($0.lat) } == statsVienna.last!.lat)
+            }
+            try await client.execute(uri: "/api/v1/export/fixes.csv?device=car", method: .get) { response in
+                #expect(statsBody(response).split(separator: "\n").count == statsVienna.count + 1)
+            }
+            try await client.execute(uri: "/api/v1/export/trips.geojson", method: .get) { response in
+                #expect(statsParse(statsBody(response)).stats("features")?.statsArray.count == 1)
+            }
+            try await client.execute(uri: "/api/v1/map.geojson", method: .get) { response in
+                #expect(response.headers[.contentType] == "application/geo+json")
+                #expect(statsParse(statsBody(response)).stats("features")?.statsArray.count == 1)
+            }
+            try await client.execute(uri: "/map.svg?width=640&height=480", method: .get) { response in
+                #expect(response.headers[.contentType] == "image/svg+xml")
+                #expect(statsBody(response).components(separatedBy: "<polyline").count == 2)
+            }
+            try await client.execute(uri: "/api/v1/sessions/nobody", method: .get) { response in
+                #expect(response.status == .notFound)
+            }
+            try await client.execute(uri: "/metrics", method: .get) { response in
+                #expect(statsBody(response) == "drivebus_up 1\n")
+            }
+        }
+    }
+}
