@@ -23,7 +23,47 @@ struct StatsBench: AsyncParsableCommand {
     @Option(help: "Trips for the map.")
     var trips = 533
 
+    @Option(help: "Fixes posted to a live ingest while stats stores them (0 to skip).")
+    var live = 100_000
+
     func run() async throws {
+        try await inCore()
+        if live > 0 { try await whileIngesting() }
+    }
+
+    /// `stats store live`: the real ingest and stats (release), Overland batches of 200 posted
+    /// over 8 connections; fixes/s from the first POST until stats has committed the last one.
+    private func whileIngesting() async throws {
+        let token = "bench-token-0123456789"
+        let system = try await BenchSystem(services: [.bus, .ingest, .stats], extraConfig: """
+            devices: [{id: car, token: \(token)}]
+            stats: {listen: "127.0.0.1:\(Int.random(in: 50_001..<60_000))"}
+            """)
+        defer { system.stop() }
+        let start = 1_763_000_000.0
+        let bodies: [[UInt8]] = stride(from: 0, to: live, by: 200).map { first in
+            let features = (first..<min(first + 200, live)).map { index in
+                let time = RFC3339.format(Date(timeIntervalSince1970: start + Double(index)))
+                return #"{"type":"Feature","geometry":{"type":"Point","coordinates":[\#(16.3 + Double(index % 5000) * 1e-5),48.2]},"properties":{"timestamp":"\#(time)","speed":13.4,"horizontal_accuracy":5}}"#
+            }
+            return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
+        }
+        let client = BusClient(config: system.config, name: "bench-stats")
+        let started = ContinuousClock.now
+        let port = system.port
+        let posting = Task.detached {
+            try HTTPConnection.load(port: port, connections: 8, bodies: bodies, path: "/overland", headers: [("Authorization", "Bearer \(token)")])
+        }
+        while (try? await client.call(.stats, RPCRequestHead(op: "health"), as: HealthReply.self))?.lastSeq["journal"] ?? 0 < UInt64(live) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let elapsed = seconds(started.duration(to: .now))
+        _ = try await posting.value
+        await client.shutdown()
+        report(["name": "stats store live", "fixes": live, "fixes_per_s": Int(Double(live) / elapsed)])
+    }
+
+    private func inCore() async throws {
         var template = Array("/tmp/dbs-XXXXXX".utf8CString)
         let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         defer { try? FileManager.default.removeItem(atPath: dir) }

@@ -300,38 +300,25 @@ struct FixRow {
     var courseDeg: Double?
     var seq: UInt64?
 
+    /// Reads the payload with the bus's own `Fix` decoder, then checks what the tables need.
     init(_ bytes: [UInt8], fallbackDevice: String?) throws {
-        var reader = JSONReader(bytes)
-        var device: String?, time: Date?, lat: Double?, lon: Double?
-        var accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, seq: UInt64?
+        let fix: Fix
         do {
-            try reader.readObject { (reader: inout JSONReader, key: String) throws(JSONReader.Failure) in
-                if reader.readNull() { return }
-                switch key {
-                case "device": device = try reader.readString()
-                case "time": time = try reader.readDate()
-                case "lat": lat = try reader.readDouble()
-                case "lon": lon = try reader.readDouble()
-                case "accuracy_m": accuracyM = try reader.readDouble()
-                case "altitude_m": altitudeM = try reader.readDouble()
-                case "speed_mps": speedMps = try reader.readDouble()
-                case "course_deg": courseDeg = try reader.readDouble()
-                case "seq": seq = try reader.readUInt64()
-                default: try reader.skipValue()
-                }
-            }
-        } catch {
-            throw Projector.Rejection(field: error.field ?? "payload", reason: error.reason)
+            fix = try BusJSON.decode(Fix.self, from: bytes)
+        } catch let failure as JSONReader.Failure {
+            throw Projector.Rejection(field: failure.field ?? "payload", reason: failure.reason)
         }
-        guard let device = device ?? fallbackDevice, !device.isEmpty else { throw Projector.Rejection(field: "device", reason: "is required") }
-        guard let time else { throw Projector.Rejection(field: "time", reason: "is required") }
+        let device = fix.device.isEmpty ? (fallbackDevice ?? "") : fix.device
+        guard !device.isEmpty else { throw Projector.Rejection(field: "device", reason: "is required") }
+        let time = fix.time, lat = fix.lat, lon = fix.lon
         // Day arithmetic in SQL assumes times after 1970.
         guard (0...253_402_300_799.0).contains(time.timeIntervalSince1970) else {
             throw Projector.Rejection(field: "time", reason: "must be between 1970 and 9999")
         }
-        guard let lat, let lon, Coordinate.isValid(lat: lat, lon: lon) else {
+        guard Coordinate.isValid(lat: lat, lon: lon) else {
             throw Projector.Rejection(field: "lat", reason: "lat and lon must be a position on Earth")
         }
+        let (accuracyM, altitudeM, speedMps, courseDeg, seq) = (fix.accuracyM, fix.altitudeM, fix.speedMps, fix.courseDeg, fix.seq)
         self.device = device
         self.timeMs = milliseconds(time)
         self.lat = lat

@@ -4,16 +4,22 @@ import Foundation
 /// Why the stats API refused a request. Errors that come from the input name the parameter.
 public struct StatsError: Error, Sendable, Equatable, CustomStringConvertible {
     public let status: Int
-    /// Stable: `stats.invalid_parameter`, `stats.not_found`, `stats.busy`, `stats.cancelled`.
+    /// Stable: `stats.invalid_parameter`, `stats.not_found`, `stats.busy`, `stats.cancelled`,
+    /// `stats.invalid_expense`, `stats.invalid_body`, `stats.too_large`, `stats.no_routes`,
+    /// `stats.invalid_route`, `stats.no_elevation`.
     public let code: String
     public let message: String
     public let field: String?
+    /// More members of the error object, such as the `row` of a bad ledger row or the `route`
+    /// that has no elevation.
+    public let details: [String: JSONValue]
 
-    public init(status: Int, code: String, message: String, field: String? = nil) {
+    public init(status: Int, code: String, message: String, field: String? = nil, details: [String: JSONValue] = [:]) {
         self.status = status
         self.code = code
         self.message = message
         self.field = field
+        self.details = details
     }
 
     public var description: String { field.map { "\(code) (\($0)): \(message)" } ?? "\(code): \(message)" }
@@ -30,18 +36,14 @@ public struct StatsError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The reader of a streaming export went away.
     public static let cancelled = StatsError(status: 499, code: "stats.cancelled", message: "the export was cancelled")
 
-    /// `{"error":{"code","field","message"}}`
+    /// `{"error":{"code","field","message"}}`, plus any `details`.
     public var json: [UInt8] {
+        var error = details
+        error["code"] = .string(code)
+        error["field"] = field.map(JSONValue.string) ?? .null
+        error["message"] = .string(message)
         var writer = JSONWriter()
-        writer.beginObject()
-        writer.key("error")
-        writer.beginObject()
-        writer.key("code"); writer.string(code)
-        writer.key("field")
-        if let field { writer.string(field) } else { writer.value(.null) }
-        writer.key("message"); writer.string(message)
-        writer.endObject()
-        writer.endObject()
+        writer.value(.object(["error": .object(error)]))
         return writer.bytes
     }
 }

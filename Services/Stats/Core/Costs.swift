@@ -1,0 +1,359 @@
+import DrivebusSchema
+import Foundation
+import GRDB
+
+/// The `costs:` section: the own car's ledger and the car-sharing tariffs it is compared with.
+/// See docs/costs.md for the price formula.
+public struct CostsConfiguration: Sendable, Equatable {
+    /// One line of the own car's ledger: fuel, insurance, tax, repairs, value drop…
+    public struct Expense: Sendable, Equatable {
+        /// A UTC day, `YYYY-MM-DD`.
+        public var date: String
+        public var category: String
+        /// In `currency`; negative for money back (a refund, the sale of the car).
+        public var amount: Double
+
+        public init(date: String, category: String, amount: Double) {
+            self.date = date
+            self.category = category
+            self.amount = amount
+        }
+    }
+
+    public struct OwnCar: Sendable, Equatable {
+        public var expenses: [Expense]
+        public init(expenses: [Expense] = []) { self.expenses = expenses }
+    }
+
+    /// One car-sharing service's tariff, in `currency`.
+    public struct Rental: Sendable, Equatable {
+        public var name: String
+        public var startFee: Double
+        /// Per started minute.
+        public var perMinute: Double
+        public var perKm: Double
+        /// The time part of each started hour costs at most this.
+        public var perHourCap: Double?
+        /// The whole rental costs at most this per started day (24 h from its start).
+        public var perDayCap: Double?
+        public var minFee: Double
+
+        public init(
+            name: String, startFee: Double = 0, perMinute: Double = 0, perKm: Double = 0,
+            perHourCap: Double? = nil, perDayCap: Double? = nil, minFee: Double = 0
+        ) {
+            self.name = name
+            self.startFee = startFee
+            self.perMinute = perMinute
+            self.perKm = perKm
+            self.perHourCap = perHourCap
+            self.perDayCap = perDayCap
+            self.minFee = minFee
+        }
+    }
+
+    /// A value that cannot be used, with its YAML key path (`costs.rentals[0].per_minute`).
+    public struct Problem: Error, Sendable, Equatable, CustomStringConvertible {
+        public let path: String
+        public let reason: String
+        public var description: String { "\(path): \(reason)" }
+    }
+
+    public var currency: String
+    /// Drives closer together than this are one rental: you would have kept the car.
+    public var rentalKeepS: Double
+    public var ownCar: OwnCar
+    public var rentals: [Rental]
+
+    public init(currency: String = "EUR", rentalKeepS: Double = 7200, ownCar: OwnCar = .init(), rentals: [Rental] = []) {
+        self.currency = currency
+        self.rentalKeepS = rentalKeepS
+        self.ownCar = ownCar
+        self.rentals = rentals
+    }
+
+    /// Refuses what the price formula cannot use, naming the key; call it when loading the config.
+    public func validate() throws(Problem) {
+        guard (1...16).contains(currency.count), !currency.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+            throw Problem(path: "costs.currency", reason: "must be 1 to 16 printable characters, such as EUR")
+        }
+        guard rentalKeepS.isFinite, (0...2_592_000).contains(rentalKeepS) else {
+            throw Problem(path: "costs.rental_keep_s", reason: "must be from 0 to 2592000 (30 days)")
+        }
+        for (index, expense) in ownCar.expenses.enumerated() {
+            if let (field, reason) = Ledger.problem(date: expense.date, category: expense.category, amount: expense.amount) {
+                throw Problem(path: "costs.own_car.expenses[\(index)].\(field)", reason: reason)
+            }
+        }
+        var names = Set<String>()
+        for (index, rental) in rentals.enumerated() {
+            let path = "costs.rentals[\(index)]"
+            guard (1...64).contains(rental.name.count), !rental.name.unicodeScalars.contains(where: { $0.value < 0x20 }) else {
+                throw Problem(path: path + ".name", reason: "must be 1 to 64 printable characters")
+            }
+            guard names.insert(rental.name).inserted else { throw Problem(path: path + ".name", reason: "\"\(rental.name)\" is used twice") }
+            let rates: [(String, Double?, Bool)] = [
+                ("start_fee", rental.startFee, true), ("per_minute", rental.perMinute, true), ("per_km", rental.perKm, true),
+                ("per_hour_cap", rental.perHourCap, false), ("per_day_cap", rental.perDayCap, false), ("min_fee", rental.minFee, true),
+            ]
+            for (key, value, zeroAllowed) in rates {
+                guard let value else { continue }
+                guard value.isFinite, value <= 1_000_000, zeroAllowed ? value >= 0 : value > 0 else {
+                    throw Problem(path: path + "." + key, reason: zeroAllowed ? "must be from 0 to 1000000" : "must be above 0 and at most 1000000")
+                }
+            }
+        }
+    }
+}
+
+extension CostsConfiguration.Rental {
+    /// The price of one rental of `minutes` started minutes and `distanceM` metres, to the cent
+    /// (docs/costs.md): start fee + time + distance; the time part capped per started hour, the
+    /// whole capped per started day, and at least the minimum fee.
+    public func price(minutes: Int, distanceM: Double) -> Decimal {
+        let minutes = max(0, minutes)
+        let perMinute = Money.decimal(self.perMinute)
+        var time: Decimal
+        if let cap = perHourCap.map(Money.decimal) {
+            // Each started hour's minutes cost at most the cap.
+            let hours = minutes / 60, rest = minutes % 60
+            time = Decimal(hours) * min(60 * perMinute, cap) + min(Decimal(rest) * perMinute, cap)
+        } else {
+            time = Decimal(minutes) * perMinute
+        }
+        let km = Money.decimal(distanceM.isFinite ? max(0, distanceM) : 0) / 1000
+        var total = Money.decimal(startFee) + time + Money.decimal(perKm) * km
+        if let cap = perDayCap.map(Money.decimal) {
+            let days = max(1, (minutes + 1439) / 1440)
+            total = min(total, Decimal(days) * cap)
+        }
+        return Money.cents(max(total, Money.decimal(minFee)))
+    }
+}
+
+/// Money is `Decimal`: tariffs like 0.17 are exact, so hand-computed prices match to the cent.
+enum Money {
+    /// The decimal a `Double` was written as (its shortest round-trip spelling): 0.17 is 0.17.
+    static func decimal(_ value: Double) -> Decimal {
+        guard value.isFinite else { return 0 }
+        return Decimal(string: Decimal64.text(value)) ?? 0
+    }
+
+    /// Rounded to the cent, halves away from zero (commercial rounding).
+    static func cents(_ value: Decimal) -> Decimal { round(value, places: 2) }
+
+    static func round(_ value: Decimal, places: Int) -> Decimal {
+        var input = value, output = Decimal()
+        NSDecimalRound(&output, &input, places, .plain)
+        return output
+    }
+
+    /// For JSON: the `Double` whose shortest spelling is the decimal's (12.3 for 12.30).
+    static func double(_ value: Decimal) -> Double { Double(value.description) ?? 0 }
+
+    /// A strict decimal: `-?[0-9]+(.[0-9]+)?`, at most 18 digits. (`Decimal(string:)` would take
+    /// "12abc" as 12.)
+    static func parse(_ text: String) -> Decimal? {
+        var digits = 0, sawPoint = false, afterPoint = 0
+        for (offset, byte) in text.utf8.enumerated() {
+            switch byte {
+            case UInt8(ascii: "-") where offset == 0: continue
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                digits += 1
+                if sawPoint { afterPoint += 1 }
+            case UInt8(ascii: ".") where !sawPoint && digits > 0: sawPoint = true
+            default: return nil
+            }
+        }
+        guard digits > 0, digits <= 18, !sawPoint || afterPoint > 0 else { return nil }
+        return Decimal(string: text)
+    }
+}
+
+/// Own car against rentals for a range: what `GET /api/v1/costs` answers.
+public struct CostReport: Sendable, Equatable {
+    /// A chain of one device's trips with gaps shorter than `rental_keep_s`: one car kept.
+    public struct Rental: Sendable, Equatable {
+        public var device: String
+        public var start: Date
+        public var end: Date
+        /// Started minutes from the first trip's start to the last one's end, parking included.
+        public var minutes: Int
+        public var distanceM: Double
+        public var tripIDs: [String]
+        /// One price per service, in configuration order.
+        public var prices: [Decimal]
+        /// The index of the cheapest service (the first on a tie); nil without services.
+        public var cheapest: Int?
+    }
+
+    public struct Service: Sendable, Equatable {
+        public var name: String
+        public var total: Decimal
+    }
+
+    public var currency: String
+    public var drives: Int
+    public var distanceM: Double
+    /// The ledger's total in the range (configured and posted expenses).
+    public var ownCarTotal: Decimal
+    /// `ownCarTotal` per km driven, to a tenth of a cent; nil without distance.
+    public var ownCarCostPerKm: Decimal?
+    public var expenseCount: Int
+    public var byCategory: [String: Decimal]
+    public var rentals: [Rental]
+    public var services: [Service]
+    /// The sum of each rental's cheapest price; nil without services.
+    public var mixedTotal: Decimal?
+}
+
+/// Own car against each service and mixed rent, for one month.
+struct MonthCosts: Sendable, Equatable {
+    var month: String
+    var ownCar: Decimal
+    var services: [Decimal]
+    var mixed: Decimal?
+}
+
+extension StatsStore {
+    /// The cost comparison for trips that started in the range, and ledger entries dated in it.
+    public func costs(_ query: StatsQuery, configuration costs: CostsConfiguration) async throws -> CostReport {
+        try await pool.read { db in try CostQueries.report(db, query: query, costs: costs) }
+    }
+
+    public func costsJSON(_ query: StatsQuery, configuration costs: CostsConfiguration) async throws -> [UInt8] {
+        let report = try await self.costs(query, configuration: costs)
+        return CostQueries.json(report, query: query, costs: costs)
+    }
+
+    /// Per UTC month of `months` (`YYYY-MM`), rentals bucketed by the month they started in.
+    func monthlyCosts(_ query: StatsQuery, months: [String], configuration costs: CostsConfiguration) async throws -> [MonthCosts] {
+        try await pool.read { db in
+            let rentals = try CostQueries.rentals(db, query: query, costs: costs)
+            let ledger = try Ledger.entries(db, query: query, costs: costs)
+            return months.map { month in
+                let mine = rentals.filter { CostQueries.month(of: $0.start) == month }
+                let services = costs.rentals.indices.map { index in mine.reduce(Decimal(0)) { $0 + $1.prices[index] } }
+                let mixed: Decimal? = costs.rentals.isEmpty ? nil : mine.reduce(Decimal(0)) { $0 + ($1.cheapest.map { c in $1.prices[c] } ?? 0) }
+                let own = ledger.filter { $0.date.hasPrefix(month) }.reduce(Decimal(0)) { $0 + $1.amount }
+                return MonthCosts(month: month, ownCar: Money.cents(own), services: services, mixed: mixed)
+            }
+        }
+    }
+}
+
+enum CostQueries {
+    static func report(_ db: Database, query: StatsQuery, costs: CostsConfiguration) throws -> CostReport {
+        let rentals = try rentals(db, query: query, costs: costs)
+        let ledger = try Ledger.entries(db, query: query, costs: costs)
+        let distanceM = rentals.reduce(0) { $0 + $1.distanceM }
+        let drives = rentals.reduce(0) { $0 + $1.tripIDs.count }
+        var byCategory: [String: Decimal] = [:]
+        for entry in ledger { byCategory[entry.category, default: 0] += entry.amount }
+        let total = Money.cents(ledger.reduce(Decimal(0)) { $0 + $1.amount })
+        let perKm: Decimal? = distanceM > 0 ? Money.round(total / (Money.decimal(distanceM) / 1000), places: 3) : nil
+        let services = costs.rentals.enumerated().map { index, service in
+            CostReport.Service(name: service.name, total: rentals.reduce(Decimal(0)) { $0 + $1.prices[index] })
+        }
+        let mixed: Decimal? = costs.rentals.isEmpty ? nil : rentals.reduce(Decimal(0)) { $0 + ($1.cheapest.map { c in $1.prices[c] } ?? 0) }
+        return CostReport(
+            currency: costs.currency, drives: drives, distanceM: distanceM, ownCarTotal: total, ownCarCostPerKm: perKm,
+            expenseCount: ledger.count, byCategory: byCategory.mapValues(Money.cents), rentals: rentals, services: services, mixedTotal: mixed)
+    }
+
+    /// Trips that started in the range, chained per device into rentals and priced.
+    static func rentals(_ db: Database, query: StatsQuery, costs: CostsConfiguration) throws -> [CostReport.Rental] {
+        let rows = try Row.fetchCursor(db, sql: """
+            SELECT trip_id, device, start_ms, end_ms, distance_m FROM trips
+            WHERE start_ms >= ? AND start_ms < ? AND (?3 IS NULL OR device = ?3)
+            ORDER BY device, start_ms, trip_id
+            """, arguments: [query.fromMs, query.toMs, query.device])
+        let keepMs = Int64(max(0, min(costs.rentalKeepS, 1e9)) * 1000)
+        var chains: [(device: String, startMs: Int64, endMs: Int64, distanceM: Double, trips: [String])] = []
+        while let row = try rows.next() {
+            let id: String = row[0], device: String = row[1], startMs: Int64 = row[2]
+            let endMs = max(startMs, row[3] as Int64)
+            let distance = (row[4] as Double?).flatMap { $0.isFinite && $0 > 0 ? $0 : nil } ?? 0
+            // A gap shorter than rental_keep_s: the car would have been kept, parked.
+            if let last = chains.last, last.device == device, startMs - last.endMs < keepMs {
+                chains[chains.count - 1].endMs = max(last.endMs, endMs)
+                chains[chains.count - 1].distanceM += distance
+                chains[chains.count - 1].trips.append(id)
+            } else {
+                chains.append((device, startMs, endMs, distance, [id]))
+            }
+        }
+        return chains.sorted { ($0.startMs, $0.device) < ($1.startMs, $1.device) }.map { chain in
+            // Per started minute, as car-sharing services bill.
+            let minutes = Int((chain.endMs - chain.startMs + 59_999) / 60_000)
+            let prices = costs.rentals.map { $0.price(minutes: minutes, distanceM: chain.distanceM) }
+            var cheapest: Int?
+            for (index, price) in prices.enumerated() where cheapest == nil || price < prices[cheapest!] { cheapest = index }
+            return CostReport.Rental(
+                device: chain.device, start: msDate(chain.startMs), end: msDate(chain.endMs), minutes: minutes,
+                distanceM: chain.distanceM, tripIDs: chain.trips, prices: prices, cheapest: cheapest)
+        }
+    }
+
+    static func month(of date: Date) -> String {
+        let (y, m, _) = RFC3339.civil(fromDays: PeriodQueries.floorDiv(milliseconds(date), PeriodQueries.dayMs))
+        return PeriodQueries.pad(y, 4) + "-" + PeriodQueries.pad(m, 2)
+    }
+
+    static func json(_ report: CostReport, query: StatsQuery, costs: CostsConfiguration) -> [UInt8] {
+        func money(_ value: Decimal) -> JSONValue { .number(Money.double(value)) }
+        let names = costs.rentals.map(\.name)
+        var writer = JSONWriter(capacity: 1024 + 256 * report.rentals.count)
+        writer.beginObject()
+        writer.key("currency"); writer.string(report.currency)
+        writer.key("device"); writer.optional(query.device)
+        writer.key("distance_m"); writer.number(report.distanceM)
+        writer.key("drives"); writer.number(UInt64(report.drives))
+        writer.key("from"); writer.optionalTime(ms: query.from.map(milliseconds))
+        writer.key("mixed")
+        if let mixed = report.mixedTotal {
+            writer.beginObject()
+            writer.key("services"); writer.value(.array(report.rentals.map { r in r.cheapest.map { .string(names[$0]) } ?? .null }))
+            writer.key("total"); writer.value(money(mixed))
+            writer.endObject()
+        } else {
+            writer.value(.null)
+        }
+        writer.key("own_car")
+        writer.beginObject()
+        writer.key("by_category"); writer.value(.object(report.byCategory.mapValues(money)))
+        writer.key("cost_per_km"); writer.value(report.ownCarCostPerKm.map(money) ?? .null)
+        writer.key("expenses"); writer.number(UInt64(report.expenseCount))
+        writer.key("total"); writer.value(money(report.ownCarTotal))
+        writer.endObject()
+        writer.key("rental_keep_s"); writer.number(costs.rentalKeepS)
+        writer.key("rentals")
+        writer.beginArray()
+        for rental in report.rentals {
+            writer.beginObject()
+            writer.key("cheapest"); writer.optional(rental.cheapest.map { names[$0] })
+            writer.key("device"); writer.string(rental.device)
+            writer.key("distance_m"); writer.number(rental.distanceM)
+            writer.key("end_time"); writer.date(rental.end)
+            writer.key("minutes"); writer.number(UInt64(rental.minutes))
+            writer.key("prices"); writer.value(.object(Dictionary(zip(names, rental.prices.map(money)), uniquingKeysWith: { a, _ in a })))
+            writer.key("start_time"); writer.date(rental.start)
+            writer.key("trip_ids"); writer.value(.array(rental.tripIDs.map(JSONValue.string)))
+            writer.endObject()
+        }
+        writer.endArray()
+        writer.key("services")
+        writer.beginArray()
+        for (index, service) in report.services.enumerated() {
+            writer.beginObject()
+            writer.key("name"); writer.string(service.name)
+            writer.key("prices"); writer.value(.array(report.rentals.map { money($0.prices[index]) }))
+            writer.key("total"); writer.value(money(service.total))
+            writer.endObject()
+        }
+        writer.endArray()
+        writer.key("to"); writer.optionalTime(ms: query.to.map(milliseconds))
+        writer.endObject()
+        return writer.bytes
+    }
+}
