@@ -72,6 +72,10 @@ import Testing
         let client = BusClient(config: harness.config, name: "test")
         async let seen = collect(client, ["trip.", "drive.scored."]) { messages in messages.contains { $0.topic == "drive.scored.car" } }
         try await Task.sleep(for: .milliseconds(300))
+        // A driving-school mock test: the trip inside it carries the session.
+        let started = try await http("POST", harness.base + "/api/v1/sessions/start", token: harness.token, body: Data(#"{"candidate":"Anna K.","instructor":"Marek"}"#.utf8))
+        #expect(started.status == 200)
+        #expect(started.body == #"{"session_id":"car-1","last_seq":1}"#)
         let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
         let imported = try await run("drivebus", ["import", "--config", harness.path, "--device", "car", gpx])
         #expect(imported.status == 0, "\(imported.stderr)")
@@ -80,12 +84,14 @@ import Testing
         #expect(ended.count == 1)
         let trip = try #require(try ended.first?.decode(TripEnded.self))
         #expect(abs(trip.distanceM - 22_300) <= 22_300 * 0.03, "distance \(trip.distanceM)")
-        #expect(trip.firstSeq == 1)
+        #expect(trip.firstSeq == 2)
         #expect(messages.filter { $0.topic == "trip.started.car" }.count == 1)
         let scored = try #require(try messages.first { $0.topic == "drive.scored.car" }?.decode(DriveScored.self))
         #expect(scored.tripID == trip.tripID)
         #expect((0...100).contains(scored.score))
         #expect(abs(scored.distanceM - trip.distanceM) < 1)
+        #expect(scored.session == DriveSession(id: "car-1", candidate: "Anna K."))
+        #expect(try await http("POST", harness.base + "/api/v1/sessions/stop", token: harness.token).status == 200)
         await client.shutdown()
         try await harness.stop()
     }

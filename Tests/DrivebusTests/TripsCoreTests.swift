@@ -641,3 +641,25 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         }
     }
 }
+
+/// Ticks measure silence from when a fix arrived, not only from its own time: an import of old
+/// history must not be chopped into trips by the clock while it is still coming in.
+@Test func ticksDoNotCloseAnImportThatIsStillArriving() {
+    let projection = LocalProjection(origin: Coordinate(lat: 48.2, lon: 16.37))
+    let start = Date(timeIntervalSince1970: 1_600_000_000)  // 2020: long before the wall clock
+    let wall = Date(timeIntervalSince1970: 1_763_700_000)
+    var segmenter = TripSegmenter(configuration: TripsConfiguration())
+    var outputs: [TripsOutput] = []
+    for second in 0..<600 {
+        let point = projection.unproject(x: Double(second) * 10, y: 0)
+        let fix = Fix(seq: UInt64(second + 1), device: "car", time: start.addingTimeInterval(Double(second)), lat: point.lat, lon: point.lon, source: .import)
+        let arrived = wall.addingTimeInterval(Double(second) / 100)
+        outputs += segmenter.handle(.fix(fix), arrivedAt: arrived)
+        // The service ticks every second while the import streams in.
+        if second % 100 == 99 { outputs += segmenter.handle(.tick(now: arrived.addingTimeInterval(1))) }
+    }
+    #expect(!outputs.contains { if case .ended = $0 { true } else { false } })
+    // Ten quiet minutes of wall clock later, the open trip is closed.
+    outputs += segmenter.handle(.tick(now: wall.addingTimeInterval(6 + 601)))
+    #expect(outputs.filter { if case .ended = $0 { true } else { false } }.count == 1)
+}

@@ -25,7 +25,7 @@ struct ScorerState: Codable, Sendable {
             break
         }
         if let input = TripsInput(message) {
-            for trip in segmenter.handle(input).compactMap(\.scorerInput) { outputs += scorer.handle(trip) }
+            for trip in segmenter.handle(input, arrivedAt: Date()).compactMap(\.scorerInput) { outputs += scorer.handle(trip) }
         }
         return outputs.compactMap(\.derived)
     }

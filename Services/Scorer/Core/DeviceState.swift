@@ -317,7 +317,8 @@ struct DeviceState: Sendable, Codable {
     }
 
     mutating func sessionStopped(_ stopped: SessionStopped) {
-        if session?.id == stopped.sessionID { session = nil }
+        // A stop that names no session (ingest restarted since the start) closes the open one.
+        if stopped.sessionID.isEmpty || session?.id == stopped.sessionID { session = nil }
     }
 
     // MARK: Totals by seq

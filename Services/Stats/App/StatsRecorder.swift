@@ -25,7 +25,7 @@ struct StatsDerivations: Codable, Sendable {
         default: break
         }
         if let input = TripsInput(message) {
-            for output in segmenter.handle(input) {
+            for output in segmenter.handle(input, arrivedAt: Date()) {
                 if let event = output.derived { events.append(event) }
                 if let trip = output.scorerInput { scored += scorer.handle(trip) }
             }

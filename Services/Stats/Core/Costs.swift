@@ -234,7 +234,7 @@ extension StatsStore {
             return months.map { month in
                 let mine = rentals.filter { CostQueries.month(of: $0.start) == month }
                 let services = costs.rentals.indices.map { index in mine.reduce(Decimal(0)) { $0 + $1.prices[index] } }
-                let mixed: Decimal? = costs.rentals.isEmpty ? nil : mine.reduce(Decimal(0)) { $0 + ($1.cheapest.map { c in $1.prices[c] } ?? 0) }
+                let mixed: Decimal? = costs.rentals.isEmpty ? nil : CostQueries.mixed(mine)
                 let own = ledger.filter { $0.date.hasPrefix(month) }.reduce(Decimal(0)) { $0 + $1.amount }
                 return MonthCosts(month: month, ownCar: Money.cents(own), services: services, mixed: mixed)
             }
@@ -255,7 +255,7 @@ enum CostQueries {
         let services = costs.rentals.enumerated().map { index, service in
             CostReport.Service(name: service.name, total: rentals.reduce(Decimal(0)) { $0 + $1.prices[index] })
         }
-        let mixed: Decimal? = costs.rentals.isEmpty ? nil : rentals.reduce(Decimal(0)) { $0 + ($1.cheapest.map { c in $1.prices[c] } ?? 0) }
+        let mixed: Decimal? = costs.rentals.isEmpty ? nil : mixed(rentals)
         return CostReport(
             currency: costs.currency, drives: drives, distanceM: distanceM, ownCarTotal: total, ownCarCostPerKm: perKm,
             expenseCount: ledger.count, byCategory: byCategory.mapValues(Money.cents), rentals: rentals, services: services, mixedTotal: mixed)
@@ -288,11 +288,23 @@ enum CostQueries {
             let minutes = Int((chain.endMs - chain.startMs + 59_999) / 60_000)
             let prices = costs.rentals.map { $0.price(minutes: minutes, distanceM: chain.distanceM) }
             var cheapest: Int?
-            for (index, price) in prices.enumerated() where cheapest == nil || price < prices[cheapest!] { cheapest = index }
+            for (index, price) in prices.enumerated() {
+                if let best = cheapest, prices[best] <= price { continue }
+                cheapest = index
+            }
             return CostReport.Rental(
                 device: chain.device, start: msDate(chain.startMs), end: msDate(chain.endMs), minutes: minutes,
                 distanceM: chain.distanceM, tripIDs: chain.trips, prices: prices, cheapest: cheapest)
         }
+    }
+
+    /// Mixed rent: each rental at its cheapest service.
+    static func mixed(_ rentals: [CostReport.Rental]) -> Decimal {
+        var total = Decimal(0)
+        for rental in rentals {
+            if let cheapest = rental.cheapest { total += rental.prices[cheapest] }
+        }
+        return total
     }
 
     static func month(of date: Date) -> String {

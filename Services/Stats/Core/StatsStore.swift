@@ -165,7 +165,7 @@ public final class StatsStore: Sendable {
 }
 
 enum StatsSchema {
-    static let tables = ["events", "fixes", "devices", "trips", "scores", "sessions", "geofence_transitions", "gate_calls", "checkouts"]
+    static let tables = ["events", "fixes", "devices", "trips", "scores", "sessions", "geofence_transitions", "gate_calls", "checkouts", "expenses"]
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -285,6 +285,21 @@ enum StatsSchema {
         }
         migrator.registerMigration("v2-cursors") { db in
             try db.execute(sql: "CREATE TABLE cursors (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL, state BLOB)")
+        }
+        migrator.registerMigration("v3-expenses") { db in
+            // The own car's ledger as posted (issue 9). `key` makes re-posting a ledger idempotent;
+            // `amount` is the exact decimal text, `day` the date's days since 1970.
+            try db.execute(sql: """
+                CREATE TABLE expenses (
+                    key TEXT PRIMARY KEY NOT NULL,
+                    day INTEGER NOT NULL,
+                    date TEXT NOT NULL,
+                    category TEXT NOT NULL,
+                    amount TEXT NOT NULL,
+                    added_ms INTEGER NOT NULL
+                );
+                CREATE INDEX expenses_by_day ON expenses(day);
+                """)
         }
         return migrator
     }

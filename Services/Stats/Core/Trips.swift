@@ -154,12 +154,13 @@ enum TripQueries {
             ORDER BY x.start_ms DESC LIMIT 1))
         """
 
-    static func list(_ db: Database, query: StatsQuery) throws -> [TripSummary] {
+    static func list(_ db: Database, query: StatsQuery, limit: Int? = nil) throws -> [TripSummary] {
         let rows = try Row.fetchCursor(db, sql: """
             SELECT \(columns) \(joins)
             WHERE t.start_ms >= ? AND t.start_ms < ? AND (?3 IS NULL OR t.device = ?3)
             ORDER BY t.start_ms DESC, t.trip_id
-            """, arguments: [query.fromMs, query.toMs, query.device])
+            LIMIT ?4
+            """, arguments: [query.fromMs, query.toMs, query.device, limit ?? -1])
         var trips: [TripSummary] = []
         while let row = try rows.next() { trips.append(summary(row, detail: false)) }
         return trips

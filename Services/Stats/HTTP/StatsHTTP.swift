@@ -13,19 +13,29 @@ public struct StatsHTTPConfiguration: Sendable {
     public var bufferedChunks: Int
     /// `GET /metrics` (Prometheus text), which the service feeds from heartbeats; 404 while nil.
     public var metrics: (@Sendable () async -> String)?
+    /// The `costs:` section: the own car's ledger and the rental tariffs (`/api/v1/costs`, `GET /`).
+    public var costs: CostsConfiguration
+    /// `trips.ascent_hysteresis_m`: route ranking counts ascent exactly as trips do.
+    public var ascentHysteresisM: Double
+    /// The largest body `POST /api/v1/routes/rank` and `POST /api/v1/costs/expenses` take; more gets 413.
+    public var maxBodyBytes: Int
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
-        metrics: (@Sendable () async -> String)? = nil
+        metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
+        maxBodyBytes: Int = 16 * 1024 * 1024
     ) {
         self.maxConcurrentExports = maxConcurrentExports
         self.chunkBytes = chunkBytes
         self.bufferedChunks = bufferedChunks
         self.metrics = metrics
+        self.costs = costs
+        self.ascentHysteresisM = ascentHysteresisM
+        self.maxBodyBytes = maxBodyBytes
     }
 }
 
-/// The routes of issue 8, for `Application(router:configuration:)`. Every route takes `device`,
+/// The routes of issues 8 and 9, for `Application(router:configuration:)`. Every route takes `device`,
 /// `from` and `to`; bad parameters get 400 `{"error":{"code","field","message"}}`.
 public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfiguration = .init()) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self)
@@ -80,6 +90,7 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
                 body: .init(byteBuffer: ByteBuffer(bytes: try await store.mapSVG(query, width: width, height: height))))
         }
     }
+    addCostsRankingAndDashboard(to: router, store: store, configuration: configuration)
     router.get("/metrics") { _, context in
         await respond(context) {
             guard let metrics = configuration.metrics else { throw StatsError.notFound("path", "metrics are not enabled") }
@@ -91,7 +102,7 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
     return router
 }
 
-private func query(_ request: Request) throws(StatsError) -> StatsQuery {
+func query(_ request: Request) throws(StatsError) -> StatsQuery {
     try StatsQuery.parse(StatsParameters(query: request.uri.query ?? ""))
 }
 
@@ -102,18 +113,18 @@ private func pathParameter(_ name: String, _ context: BasicRequestContext) throw
     return value
 }
 
-private func json(_ bytes: [UInt8]) -> Response {
+func json(_ bytes: [UInt8]) -> Response {
     Response(status: .ok, headers: [.contentType: "application/json"], body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
 }
 
-private func errorResponse(_ error: StatsError) -> Response {
+func errorResponse(_ error: StatsError) -> Response {
     Response(
         status: .init(code: error.status), headers: [.contentType: "application/json"],
         body: .init(byteBuffer: ByteBuffer(bytes: error.json)))
 }
 
 /// Turns thrown errors into JSON answers: refusals with their status, anything else a 500.
-private func respond(_ context: BasicRequestContext, _ body: () async throws -> Response) async -> Response {
+func respond(_ context: BasicRequestContext, _ body: () async throws -> Response) async -> Response {
     do {
         return try await body()
     } catch let error as StatsError {

@@ -1,4 +1,5 @@
 import DrivebusKit
+import Foundation
 import TripsCore
 
 await ServiceRunner.main(.trips) { context in
@@ -7,7 +8,7 @@ await ServiceRunner.main(.trips) { context in
         initial: TripSegmenter(configuration: context.config.trips),
         apply: { segmenter, message, _ in
             guard let input = TripsInput(message) else { return [] }
-            return segmenter.handle(input).compactMap(\.derived)
+            return segmenter.handle(input, arrivedAt: Date()).compactMap(\.derived)
         },
         tick: { segmenter, now in segmenter.handle(.tick(now: now)).compactMap(\.derived) }
     )

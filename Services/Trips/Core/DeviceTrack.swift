@@ -63,6 +63,10 @@ enum FixVerdict {
 /// fixes, in a trip by the trip.
 struct DeviceTrack: Sendable, Codable {
     let device: String
+    /// When (wall clock, reference-date seconds) the device's last fix reached the segmenter, if
+    /// the caller says. Silence is measured from the later of this and the fix's own time, so an
+    /// import of old fixes is not closed by the clock while it is still arriving.
+    var arrivedAt: Double?
     /// The last accepted fix.
     var last: TrackPoint?
     /// Where the running distance was last counted to.
@@ -191,7 +195,7 @@ struct DeviceTrack: Sendable, Codable {
 
     mutating func tick(now: Double, _ s: Settings, _ out: inout [TripsOutput]) {
         guard let last else { return }
-        let silence = now - last.t
+        let silence = now - max(last.t, arrivedAt ?? -.infinity)
         // Strictly longer, like the gap rule, so a replay closes exactly the trips ticks closed.
         if inTrip, silence > s.config.idleCloseS {
             closeOpenTrip(s, &out)

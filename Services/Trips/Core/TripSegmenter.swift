@@ -101,14 +101,17 @@ public struct TripSegmenter: Sendable, Codable {
         self.configuration = configuration
     }
 
-    /// Feeds one input and returns what it causes, in order.
-    public mutating func handle(_ input: TripsInput) -> [TripsOutput] {
+    /// Feeds one input and returns what it causes, in order. `arrivedAt` is the wall-clock time a
+    /// fix reached the service: ticks then measure a device's silence from it, not only from the
+    /// fix's own time, which for imported history lies far in the past.
+    public mutating func handle(_ input: TripsInput, arrivedAt: Date? = nil) -> [TripsOutput] {
         var out: [TripsOutput] = []
         let settings = Settings(configuration)
         switch input {
         case .fix(let fix):
             guard advance(fix.seq) else { return out }
             let index = slot(for: fix.device)
+            if let arrivedAt { devices[index].arrivedAt = arrivedAt.timeIntervalSinceReferenceDate }
             switch devices[index].fix(fix, settings, &out) {
             case .accepted: break
             case .outOfOrder: outOfOrderCount += 1

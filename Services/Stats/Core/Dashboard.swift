@@ -1,0 +1,377 @@
+import DrivebusSchema
+import Foundation
+import GRDB
+
+/// What `GET /` shows, and for when.
+public struct DashboardOptions: Sendable {
+    /// "This month" and the last 12 months are counted back from here (UTC).
+    public var now: Date
+    public var device: String?
+    public var costs: CostsConfiguration
+    public var recentTrips: Int
+    public var candidates: Int
+
+    public init(now: Date = Date(), device: String? = nil, costs: CostsConfiguration = .init(), recentTrips: Int = 12, candidates: Int = 20) {
+        self.now = now
+        self.device = device
+        self.costs = costs
+        self.recentTrips = recentTrips
+        self.candidates = candidates
+    }
+}
+
+extension StatsStore {
+    /// The dashboard: one server-rendered page, well-formed XHTML with inline SVG and CSS, and
+    /// nothing loaded from elsewhere, so it works on a LAN without internet.
+    public func dashboardHTML(_ options: DashboardOptions) async throws -> [UInt8] {
+        let data = try await Dashboard.gather(self, options)
+        return Array(Dashboard.render(data, options).utf8)
+    }
+}
+
+enum Dashboard {
+    struct Month {
+        var key: String  // 2025-03
+        var year: Int64
+        var month: Int64
+    }
+
+    struct Candidate {
+        var name: String
+        var sessions: Int
+        var drives: Int
+        var distanceM: Double
+        var latestScore: Double?
+        var averageScore: Double?
+        var lastSessionMs: Int64
+    }
+
+    struct Page {
+        var months: [Month]
+        var monthly: [String: PeriodStats]
+        var days: [(date: String, awayS: Double?)]
+        var hasHome: Bool
+        var trips: [TripSummary]
+        var costs: [MonthCosts]
+        var mapSVG: String
+        var candidates: [Candidate]
+        var drivesEver: Int
+    }
+
+    static let monthNames = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+
+    static func gather(_ store: StatsStore, _ options: DashboardOptions) async throws -> Page {
+        let dayMs = PeriodQueries.dayMs
+        let today = PeriodQueries.floorDiv(milliseconds(options.now), dayMs)
+        let (year, month, _) = RFC3339.civil(fromDays: today)
+        let current = year * 12 + month - 1
+        let months = (0..<12).reversed().map { back -> Month in
+            let index = current - Int64(back)
+            let y = PeriodQueries.floorDiv(index, 12), m = index - y * 12 + 1
+            return Month(key: PeriodQueries.pad(y, 4) + "-" + PeriodQueries.pad(m, 2), year: y, month: m)
+        }
+        func firstDay(_ y: Int64, _ m: Int64) -> Date {
+            msDate(Int64(RFC3339.days(fromYear: Int(y), month: Int(m), day: 1)) * dayMs)
+        }
+        let next = current + 1
+        let nextYear = PeriodQueries.floorDiv(next, 12)
+        let range = StatsQuery(device: options.device, from: firstDay(months[0].year, months[0].month), to: firstDay(nextYear, next - nextYear * 12 + 1))
+
+        var monthly: [String: PeriodStats] = [:]
+        for period in try await store.periods(.month, range) { monthly[period.period] = period }
+
+        let daysQuery = StatsQuery(device: options.device, from: msDate((today - 29) * dayMs), to: msDate((today + 1) * dayMs))
+        var away: [String: Double?] = [:]
+        var hasHome = false
+        for period in try await store.periods(.day, daysQuery) {
+            away[period.period] = period.awayFromHomeS
+            if period.awayFromHomeS != nil { hasHome = true }
+        }
+        let devicesWithHome = options.device.map { store.configuration.homes[$0] != nil } ?? !store.configuration.homes.isEmpty
+        hasHome = hasHome || devicesWithHome
+        let days: [(String, Double?)] = (0..<30).map { offset in
+            let (y, m, d) = RFC3339.civil(fromDays: today - 29 + Int64(offset))
+            let key = PeriodQueries.pad(y, 4) + "-" + PeriodQueries.pad(m, 2) + "-" + PeriodQueries.pad(d, 2)
+            return (key, away[key] ?? (hasHome ? 0 : nil))
+        }
+
+        let recent = max(0, min(200, options.recentTrips))
+        let device = options.device
+        let (trips, drivesEver, candidateRows) = try await store.pool.read { db in
+            let trips = try TripQueries.list(db, query: StatsQuery(device: device), limit: recent)
+            let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM trips WHERE (?1 IS NULL OR device = ?1)", arguments: [device]) ?? 0
+            let rows = try Row.fetchAll(db, sql: """
+                SELECT candidate, count(*), max(start_ms) FROM sessions WHERE (?1 IS NULL OR device = ?1)
+                GROUP BY candidate ORDER BY max(start_ms) DESC, candidate LIMIT ?2
+                """, arguments: [device, max(0, min(500, options.candidates))])
+            return (trips, count, rows.map { (name: $0[0] as String, sessions: $0[1] as Int, last: $0[2] as Int64) })
+        }
+        var candidates: [Candidate] = []
+        for row in candidateRows {
+            let sessions = try await store.sessions(candidate: row.name, StatsQuery(device: device))
+            let scored = sessions.flatMap(\.trips)
+            candidates.append(Candidate(
+                name: row.name, sessions: row.sessions, drives: scored.count, distanceM: sessions.reduce(0) { $0 + $1.distanceM },
+                latestScore: scored.last(where: { $0.score?.score != nil })?.score?.score,
+                averageScore: SessionReport.mean(scored.compactMap { $0.score?.score }), lastSessionMs: row.last))
+        }
+
+        let costs = try await store.monthlyCosts(range, months: months.map(\.key), configuration: options.costs)
+        var map = String(decoding: try await store.mapSVG(StatsQuery(device: device), width: 1200, height: 720), as: UTF8.self)
+        // Inline: the XML declaration is not allowed inside the page.
+        if map.hasPrefix("<?xml"), let end = map.range(of: "?>") { map = String(map[end.upperBound...]) }
+        return Page(
+            months: months, monthly: monthly, days: days, hasHome: hasHome, trips: trips, costs: costs, mapSVG: map,
+            candidates: candidates, drivesEver: drivesEver)
+    }
+
+    // MARK: Formatting
+
+    static func grouped(_ value: Double, places: Int = 0) -> String {
+        let text = Decimal64.text(value, places: places)
+        let negative = text.hasPrefix("-")
+        let body = negative ? String(text.dropFirst()) : text
+        let parts = body.split(separator: ".", maxSplits: 1)
+        var whole = String(parts.first ?? "0")
+        var out = ""
+        while whole.count > 3 {
+            out = "," + whole.suffix(3) + out
+            whole = String(whole.dropLast(3))
+        }
+        var fraction = parts.count > 1 ? String(parts[1]) : ""
+        while fraction.count < places { fraction += "0" }
+        return (negative ? "-" : "") + whole + out + (places > 0 ? "." + fraction : "")
+    }
+
+    static func km(_ metres: Double) -> String {
+        metres < 100_000 ? grouped(metres / 1000, places: 1) + " km" : grouped(metres / 1000) + " km"
+    }
+
+    static func duration(_ seconds: Double) -> String {
+        let minutes = Int((max(0, seconds.isFinite ? seconds : 0) / 60).rounded())
+        if minutes < 60 { return "\(minutes) min" }
+        let rest = minutes % 60
+        return "\(minutes / 60) h " + (rest < 10 ? "0" : "") + "\(rest) min"
+    }
+
+    static func money(_ value: Decimal, _ currency: String) -> String {
+        grouped(Money.double(value), places: 2) + " " + currency
+    }
+
+    static func time(_ date: Date) -> String {
+        let text = RFC3339.format(date)  // 2025-03-10T08:12:00.000Z
+        return String(text.prefix(10)) + " " + String(text.dropFirst(11).prefix(5))
+    }
+
+    static func e(_ text: String) -> String { Markup.escape(text) }
+
+    static func monthLabel(_ month: Month, first: Bool) -> String {
+        let name = monthNames[Int(max(1, min(12, month.month))) - 1]
+        return first || month.month == 1 ? name + "\n" + String(month.year) : name
+    }
+
+    static let palette = ["#8e6cc0", "#e07b39", "#3b9c8f", "#c9a227", "#b34d6d", "#5a7d2a"]
+
+    // MARK: Page
+
+    static func render(_ data: Page, _ options: DashboardOptions) -> String {
+        var html = """
+            <!DOCTYPE html>
+            <html xmlns="http://www.w3.org/1999/xhtml" lang="en">
+            <head>
+            <meta charset="utf-8"/>
+            <meta name="viewport" content="width=device-width, initial-scale=1"/>
+            <title>drivebus</title>
+            <style>\(style)</style>
+            </head>
+            <body>
+            <header><h1>drivebus</h1><p class="sub">\(e(options.device.map { "device \($0)" } ?? "all devices")) · \(data.drivesEver) drives recorded · updated \(e(time(options.now))) UTC</p></header>
+            <main>
+
+            """
+        html += thisMonth(data)
+        html += lastYear(data)
+        html += costs(data, options.costs)
+        html += recentTrips(data)
+        html += "<section id=\"map\"><h2>All drives</h2><div class=\"map\">\(data.mapSVG)</div></section>\n"
+        html += away(data)
+        html += candidates(data)
+        html += "</main>\n<footer>drivebus · times in UTC · <a href=\"api/v1/trips\">trips</a> · <a href=\"api/v1/stats/monthly\">monthly</a> · <a href=\"map.svg\">map</a> · <a href=\"api/v1/costs\">costs</a></footer>\n</body>\n</html>\n"
+        return html
+    }
+
+    static func thisMonth(_ data: Page) -> String {
+        let month = data.months.last!
+        let stats = data.monthly[month.key] ?? PeriodStats(period: month.key)
+        let name = monthNames[Int(month.month) - 1] + " " + String(month.year)
+        var cards = [
+            ("Distance", km(stats.distanceM)),
+            ("Drives", "\(stats.drives)"),
+            ("Driving time", duration(stats.drivingS)),
+        ]
+        cards.append(("Away from home", stats.awayFromHomeS.map(duration) ?? (data.hasHome ? duration(0) : "no home set")))
+        var out = "<section id=\"this-month\"><h2>This month · \(e(name))</h2><div class=\"cards\">"
+        for (title, value) in cards {
+            out += "<div class=\"card\"><div class=\"label\">\(e(title))</div><div class=\"value\">\(e(value))</div></div>"
+        }
+        return out + "</div></section>\n"
+    }
+
+    static func lastYear(_ data: Page) -> String {
+        let labels = data.months.enumerated().map { monthLabel($1, first: $0 == 0) }
+        let stats = data.months.map { data.monthly[$0.key] ?? PeriodStats(period: $0.key) }
+        let highlight = data.months.count - 1
+        func chart(_ title: String, _ values: [Double], _ color: String, _ tick: @escaping (Double) -> String, _ tip: (PeriodStats) -> String) -> String {
+            let tips = [zip(data.months, stats).map { "\($0.key): \(tip($1))" }]
+            return "<figure><figcaption>\(e(title))</figcaption>"
+                + Charts.bars(
+                    labels: labels, series: [.init(name: title, color: color, values: values)], tooltips: tips, highlight: highlight,
+                    width: 380, height: 210, tick: tick, title: title + ", last 12 months", empty: "no drives yet")
+                + "</figure>"
+        }
+        var out = "<section id=\"last-12-months\"><h2>Last 12 months</h2><div class=\"charts\">"
+        out += chart("Distance (km)", stats.map { $0.distanceM / 1000 }, "#2e86ab", { grouped($0) }, { km($0.distanceM) })
+        out += chart("Drives", stats.map { Double($0.drives) }, "#3b9c8f", { grouped($0) }, { "\($0.drives) drives" })
+        out += chart("Driving time (h)", stats.map { $0.drivingS / 3600 }, "#8e6cc0", { Decimal64.text($0, places: 1) }, { duration($0.drivingS) })
+        return out + "</div></section>\n"
+    }
+
+    static func costs(_ data: Page, _ costs: CostsConfiguration) -> String {
+        var out = "<section id=\"costs\"><h2>Costs per month · own car against rentals</h2>"
+        let anyExpense = data.costs.contains { $0.ownCar != 0 }
+        if costs.rentals.isEmpty && !anyExpense && costs.ownCar.expenses.isEmpty {
+            return out + "<p class=\"note\">No costs yet: add a <code>costs:</code> section to drivebus.yaml, or post the own car's expenses to <code>/api/v1/costs/expenses</code> (see docs/costs.md).</p></section>\n"
+        }
+        var series = [Charts.Series(name: "own car", color: "#2e86ab", values: data.costs.map { Money.double($0.ownCar) })]
+        for (index, rental) in costs.rentals.enumerated() {
+            series.append(.init(name: rental.name, color: palette[index % palette.count], values: data.costs.map { Money.double($0.services[index]) }))
+        }
+        if !costs.rentals.isEmpty {
+            series.append(.init(name: "mixed rent", color: "#444444", values: data.costs.map { $0.mixed.map(Money.double) ?? 0 }))
+        }
+        let labels = data.months.enumerated().map { monthLabel($1, first: $0 == 0) }
+        let tips = series.map { item in zip(data.months, item.values).map { "\(item.name), \($0.key): \(grouped($1, places: 2)) \(costs.currency)" } }
+        out += "<figure class=\"wide\">" + Charts.bars(
+            labels: labels, series: series, tooltips: tips, width: 1140, height: 280, tick: { grouped($0) },
+            title: "Costs per month in \(costs.currency)", empty: "no costs in the last 12 months", legend: true) + "</figure>"
+        // Totals over the 12 months, cheapest first.
+        var totals = [("own car", data.costs.reduce(Decimal(0)) { $0 + $1.ownCar })]
+        for (index, rental) in costs.rentals.enumerated() { totals.append((rental.name, data.costs.reduce(Decimal(0)) { $0 + $1.services[index] })) }
+        if !costs.rentals.isEmpty { totals.append(("mixed rent", data.costs.reduce(Decimal(0)) { $0 + ($1.mixed ?? 0) })) }
+        out += "<table class=\"totals\"><thead><tr><th>Last 12 months</th><th class=\"num\">Total</th></tr></thead><tbody>"
+        let cheapest = totals.map(\.1).min()
+        for (name, total) in totals {
+            out += "<tr\(total == cheapest && totals.count > 1 ? " class=\"best\"" : "")><td>\(e(name))</td><td class=\"num\">\(e(money(total, costs.currency)))</td></tr>"
+        }
+        out += "</tbody></table>"
+        if costs.rentals.isEmpty { out += "<p class=\"note\">No rental services configured to compare with (<code>costs.rentals</code>).</p>" }
+        return out + "</section>\n"
+    }
+
+    static func recentTrips(_ data: Page) -> String {
+        var out = "<section id=\"trips\"><h2>Recent trips</h2>"
+        guard !data.trips.isEmpty else { return out + "<p class=\"note\">No trips yet.</p></section>\n" }
+        out += "<table class=\"trips\"><thead><tr><th>Start (UTC)</th><th>Device</th><th class=\"num\">Distance</th><th class=\"num\">Duration</th><th class=\"num\">Score</th><th>Events</th><th>Candidate</th></tr></thead><tbody>"
+        for trip in data.trips {
+            var score = "<span class=\"muted\">not scored</span>"
+            var events = "<span class=\"muted\">–</span>"
+            if let scored = trip.score {
+                if let value = scored.score {
+                    let grade = value >= 85 ? "good" : value >= 70 ? "fair" : "poor"
+                    score = "<span class=\"score \(grade)\">\(Decimal64.text(value, places: 0))</span>"
+                }
+                var parts: [String] = []
+                if case .object(let counts) = scored.counts {
+                    for key in counts.keys.sorted() {
+                        guard case .number(let n) = counts[key]!, n > 0 else { continue }
+                        parts.append("<span class=\"event\">\(e(key.replacingOccurrences(of: "_", with: " "))) ×\(Decimal64.text(n))</span>")
+                    }
+                }
+                events = parts.isEmpty ? "<span class=\"muted\">none</span>" : parts.joined(separator: " ")
+            }
+            out += "<tr data-trip=\"\(e(trip.tripID))\"><td>\(e(time(trip.start)))</td><td>\(e(trip.device))</td>"
+                + "<td class=\"num\">\(e(km(trip.distanceM ?? 0)))</td><td class=\"num\">\(e(duration(trip.durationS ?? trip.end.timeIntervalSince(trip.start))))</td>"
+                + "<td class=\"num\">\(score)</td><td>\(events)</td><td>\(e(trip.session?.candidate ?? ""))</td></tr>"
+        }
+        return out + "</tbody></table></section>\n"
+    }
+
+    static func away(_ data: Page) -> String {
+        var out = "<section id=\"away\"><h2>Time away from home · last 30 days</h2>"
+        guard data.hasHome else {
+            return out + "<p class=\"note\">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p></section>\n"
+        }
+        let labels = data.days.enumerated().map { index, day -> String in
+            let d = Int(day.date.suffix(2)) ?? 0
+            guard index == 0 || d == 1 || index % 5 == 4 || index == data.days.count - 1 else { return "" }
+            let month = monthNames[max(0, min(11, (Int(day.date.dropFirst(5).prefix(2)) ?? 1) - 1))]
+            return "\(d)\n\(month)"
+        }
+        let values = data.days.map { ($0.awayS ?? 0) / 3600 }
+        let tips = [data.days.map { "\($0.date): \(duration($0.awayS ?? 0)) away" }]
+        out += "<figure class=\"wide\">" + Charts.bars(
+            labels: labels, series: [.init(name: "hours away", color: "#d9822b", values: values)], tooltips: tips,
+            highlight: data.days.count - 1, width: 1140, height: 220, tick: { Decimal64.text($0, places: 0) + " h" },
+            title: "Hours away from home per day", empty: "no time away in the last 30 days") + "</figure>"
+        return out + "</section>\n"
+    }
+
+    static func candidates(_ data: Page) -> String {
+        var out = "<section id=\"school\"><h2>Driving-school candidates</h2>"
+        guard !data.candidates.isEmpty else { return out + "<p class=\"note\">No driving-school sessions yet.</p></section>\n" }
+        out += "<table class=\"candidates\"><thead><tr><th>Candidate</th><th class=\"num\">Sessions</th><th class=\"num\">Drives</th><th class=\"num\">Distance</th><th class=\"num\">Latest score</th><th class=\"num\">Average</th><th>Last session (UTC)</th></tr></thead><tbody>"
+        for candidate in data.candidates {
+            let latest = candidate.latestScore.map { value -> String in
+                let grade = value >= 85 ? "good" : value >= 70 ? "fair" : "poor"
+                return "<span class=\"score \(grade)\">\(Decimal64.text(value, places: 0))</span>"
+            } ?? "<span class=\"muted\">–</span>"
+            out += "<tr data-candidate=\"\(e(candidate.name))\"><td><a href=\"api/v1/sessions/\(e(candidate.name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? ""))\">\(e(candidate.name))</a></td>"
+                + "<td class=\"num\">\(candidate.sessions)</td><td class=\"num\">\(candidate.drives)</td><td class=\"num\">\(e(km(candidate.distanceM)))</td>"
+                + "<td class=\"num\">\(latest)</td><td class=\"num\">\(candidate.averageScore.map { Decimal64.text($0, places: 0) } ?? "–")</td>"
+                + "<td>\(e(time(msDate(candidate.lastSessionMs))))</td></tr>"
+        }
+        return out + "</tbody></table></section>\n"
+    }
+
+    /// System fonts only; no `<` or `&` so the page stays well-formed XML.
+    static let style = """
+        :root{--ink:#1f2328;--muted:#6b7280;--line:#e5e7eb;--bg:#f6f7f9;--card:#fff}
+        *{box-sizing:border-box}
+        body{margin:0;background:var(--bg);color:var(--ink);font:15px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,"DejaVu Sans",sans-serif}
+        header{background:#1f3a4d;color:#fff;padding:18px 28px}
+        header h1{margin:0;font-size:24px;letter-spacing:.5px}
+        header .sub{margin:4px 0 0;color:#cfe0ea;font-size:13px}
+        main{max-width:1200px;margin:0 auto;padding:8px 20px 24px}
+        section{background:var(--card);border:1px solid var(--line);border-radius:10px;padding:14px 18px 16px;margin:16px 0}
+        h2{font-size:17px;margin:0 0 12px}
+        .cards{display:grid;grid-template-columns:repeat(4,1fr);gap:12px}
+        .card{border:1px solid var(--line);border-radius:8px;padding:10px 14px;background:#fbfcfd}
+        .card .label{color:var(--muted);font-size:13px}
+        .card .value{font-size:26px;font-weight:600;margin-top:2px}
+        .charts{display:grid;grid-template-columns:repeat(3,1fr);gap:12px}
+        figure{margin:0}
+        figcaption{font-size:13px;color:var(--muted);margin-bottom:4px}
+        svg.chart{width:100%;height:auto;display:block}
+        svg.chart text{font-size:11px;fill:#4b5563}
+        svg.chart .legend{font-size:12px;fill:#1f2328}
+        svg.chart .empty{font-size:13px;fill:#9ca3af}
+        svg.chart .grid{stroke:#eef0f2}
+        svg.chart .axis{stroke:#9ca3af}
+        .map svg{width:100%;height:auto;display:block;border-radius:6px}
+        table{border-collapse:collapse;width:100%;font-size:14px}
+        th,td{text-align:left;padding:6px 8px;border-bottom:1px solid var(--line);vertical-align:top}
+        th{color:var(--muted);font-weight:600;font-size:13px}
+        .num{text-align:right;font-variant-numeric:tabular-nums}
+        table.totals{width:auto;min-width:340px;margin-top:10px}
+        tr.best td{font-weight:600;color:#1a7f37}
+        .score{display:inline-block;min-width:34px;text-align:center;border-radius:10px;padding:0 8px;font-weight:600}
+        .score.good{background:#dcfce7;color:#166534}
+        .score.fair{background:#fef9c3;color:#854d0e}
+        .score.poor{background:#fee2e2;color:#991b1b}
+        .event{display:inline-block;background:#eef2ff;color:#3730a3;border-radius:8px;padding:0 7px;margin:1px 4px 1px 0;font-size:12.5px}
+        .muted,.note{color:var(--muted)}
+        code{background:#f1f3f5;padding:0 4px;border-radius:4px}
+        footer{max-width:1200px;margin:0 auto;padding:0 20px 24px;color:var(--muted);font-size:13px}
+        footer a{color:#2e6f95}
+        """
+}
