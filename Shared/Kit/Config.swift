@@ -25,6 +25,31 @@ public struct DrivebusConfig: Sendable, Equatable {
     public var geofence: GeofenceConfiguration
     public var trips: TripsConfiguration
     public var scorer: ScorerConfiguration
+    public var costs: Costs
+
+    /// Own car against rentals; priced by the stats service (docs/costs.md).
+    public struct Costs: Sendable, Equatable {
+        public struct Expense: Sendable, Equatable {
+            public var date: String
+            public var category: String
+            public var amount: Double
+        }
+
+        public struct Rental: Sendable, Equatable {
+            public var name: String
+            public var startFee: Double
+            public var perMinute: Double
+            public var perKm: Double
+            public var perHourCap: Double?
+            public var perDayCap: Double?
+            public var minFee: Double
+        }
+
+        public var currency = "EUR"
+        public var rentalKeepS = 7200.0
+        public var expenses: [Expense] = []
+        public var rentals: [Rental] = []
+    }
 
     public struct Bus: Sendable, Equatable {
         /// Where publishers connect; `nil` means `ipc://STATE/run/bus.in`.
@@ -105,7 +130,8 @@ public struct DrivebusConfig: Sendable, Equatable {
             checkout: CheckoutConfiguration(),
             geofence: GeofenceConfiguration(),
             trips: TripsConfiguration(),
-            scorer: ScorerConfiguration()
+            scorer: ScorerConfiguration(),
+            costs: Costs()
         )
     }
 
@@ -172,7 +198,7 @@ extension DrivebusConfig {
         }
         let top = try ConfigMapping(root, path: "", allowed: [
             "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor", "checkout",
-            "zones", "gates", "geofence", "trips", "scorer",
+            "zones", "gates", "geofence", "trips", "scorer", "costs",
         ])
         var config = defaults(workingDirectory: workingDirectory)
         if let stateDir = try top.string("state_dir") {
@@ -206,6 +232,7 @@ extension DrivebusConfig {
         config.geofence = try parseGeofence(top, devices: config.devices)
         config.trips = try parseTrips(top)
         config.scorer = try parseScorer(top, zones: config.geofence.zones)
+        config.costs = try parseCosts(top.mapping("costs", allowed: ["currency", "rental_keep_s", "own_car", "rentals"]))
         try config.validateSocketPaths()
         return config
     }
@@ -349,6 +376,34 @@ extension DrivebusConfig {
             throw ConfigError(path: "scorer.\(error.key)", reason: error.reason)
         }
         return scorer
+    }
+
+    private static func parseCosts(_ section: ConfigMapping) throws(ConfigError) -> Costs {
+        var costs = Costs()
+        costs.currency = try section.string("currency", default: costs.currency)
+        costs.rentalKeepS = try section.double("rental_keep_s", default: costs.rentalKeepS, in: 0...2_592_000)
+        let ownCar = try section.mapping("own_car", allowed: ["expenses"])
+        for (node, path) in try ownCar.sequence("expenses") {
+            let entry = try ConfigMapping(node, path: path, allowed: ["date", "category", "amount"])
+            let date = try entry.requiredString("date")
+            guard RFC3339.parse(date + "T00:00:00Z") != nil else { throw ConfigError(path: entry.keyPath("date"), reason: "expected YYYY-MM-DD, got \"\(date)\"") }
+            guard entry.has("amount") else { throw ConfigError(path: entry.keyPath("amount"), reason: "is required") }
+            costs.expenses.append(Costs.Expense(
+                date: date, category: try entry.string("category", default: "other"),
+                amount: try entry.double("amount", default: 0, in: -1e9...1e9)))
+        }
+        for (node, path) in try section.sequence("rentals") {
+            let entry = try ConfigMapping(node, path: path, allowed: ["name", "start_fee", "per_minute", "per_km", "per_hour_cap", "per_day_cap", "min_fee"])
+            costs.rentals.append(Costs.Rental(
+                name: try entry.requiredString("name"),
+                startFee: try entry.double("start_fee", default: 0, in: 0...1e6),
+                perMinute: try entry.double("per_minute", default: 0, in: 0...1e6),
+                perKm: try entry.double("per_km", default: 0, in: 0...1e6),
+                perHourCap: entry.has("per_hour_cap") ? try entry.double("per_hour_cap", default: 0, in: 0...1e6) : nil,
+                perDayCap: entry.has("per_day_cap") ? try entry.double("per_day_cap", default: 0, in: 0...1e6) : nil,
+                minFee: try entry.double("min_fee", default: 0, in: 0...1e6)))
+        }
+        return costs
     }
 
     private static func parseCheckout(_ section: ConfigMapping) throws(ConfigError) -> CheckoutConfiguration {

@@ -72,6 +72,8 @@ import Testing
         ("zones: [{id: a, circle: {lat: 1, lon: 2, radius_m: 50}}]\ngates: [{id: g, zone: a, on: arrive, webhook: {url: 'http://x/'}}]", #"config error: gates[0].on: expected enter or exit, got "arrive""#),
         ("zones: [{id: a, circle: {lat: 1, lon: 2, radius_m: 50}}]\ngates: [{id: g, zone: a}]", "config error: gates[0].webhook.url: is required"),
         ("checkout: {min_confidence: certain}", #"config error: checkout.min_confidence: expected low, medium or high, got "certain""#),
+        ("costs: {rentals: [{start_fee: 1}]}", "config error: costs.rentals[0].name: is required"),
+        ("costs: {own_car: {expenses: [{date: 2025-13-01, amount: 5}]}}", #"config error: costs.own_car.expenses[0].date: expected YYYY-MM-DD, got "2025-13-01""#),
         ("checkout: {lead_time_s: 0}", "config error: checkout.lead_time_s: must be from 1 to 3600, got 0"),
     ])
     func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
@@ -86,10 +88,13 @@ import Testing
         #expect(config.stateDir == "/srv/var")
         #expect(config.devices.map(\.id) == ["car", "taxi-phone"])
         #expect(config.geofence.zones.map(\.id) == ["home", "gate", "parking"])
+        #expect(config.costs.rentals.first?.perHourCap == 9.99)
+        #expect(config.costs.expenses.count == 1)
         #expect(config == {
             var expected = DrivebusConfig.defaults(workingDirectory: "/srv")
             expected.devices = config.devices
             expected.geofence.zones = config.geofence.zones
+            expected.costs = config.costs
             return expected
         }(), "the example documents the defaults")
     }

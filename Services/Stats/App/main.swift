@@ -20,11 +20,19 @@ await ServiceRunner.main(.stats) { context in
             homes[device.id] = .init(center: polygon.projection.origin, radiusM: polygon.inradiusM)
         }
     }
+    let costs = CostsConfiguration(
+        currency: config.costs.currency, rentalKeepS: config.costs.rentalKeepS,
+        ownCar: .init(expenses: config.costs.expenses.map { .init(date: $0.date, category: $0.category, amount: $0.amount) }),
+        rentals: config.costs.rentals.map {
+            .init(name: $0.name, startFee: $0.startFee, perMinute: $0.perMinute, perKm: $0.perKm, perHourCap: $0.perHourCap, perDayCap: $0.perDayCap, minFee: $0.minFee)
+        })
+    try costs.validate()
     let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))
     let metrics = StatsMetrics()
     let recorder = StatsRecorder(context: context, store: store, metrics: metrics)
     let http = Application(
-        router: makeStatsRouter(store: store, configuration: .init(metrics: { metrics.text() })),
+        router: makeStatsRouter(store: store, configuration: .init(
+            metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM)),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
     )

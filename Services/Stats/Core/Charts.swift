@@ -21,10 +21,11 @@ enum Charts {
     }
 
     /// An axis from `lower` to `upper` in about `count` round steps.
-    static func axis(_ lower: Double, _ upper: Double, count: Int) -> (lower: Double, upper: Double, step: Double) {
+    /// `minStep` keeps counts from getting ticks like 0.5.
+    static func axis(_ lower: Double, _ upper: Double, count: Int, minStep: Double = 0) -> (lower: Double, upper: Double, step: Double) {
         var lower = lower, upper = upper
-        if !(upper > lower) { upper = lower + 1 }
-        let step = niceStep((upper - lower) / Double(max(1, count)))
+        if !(upper > lower) { upper = lower + max(1, minStep * Double(count)) }
+        let step = max(minStep, niceStep((upper - lower) / Double(max(1, count))))
         lower = floor(lower / step + 1e-9) * step
         upper = ceil(upper / step - 1e-9) * step
         return (lower, upper, step)
@@ -43,12 +44,12 @@ enum Charts {
     /// Bars for one series, or several side by side per label. Values may be negative.
     static func bars(
         labels: [String], series: [Series], tooltips: [[String]]? = nil, highlight: Int? = nil, width: Double, height: Double,
-        tick: (Double) -> String, title: String, empty: String, legend: Bool = false
+        tick: (Double) -> String, minStep: Double = 1, title: String, empty: String, legend: Bool = false
     ) -> String {
         let top = legend ? 34.0 : 12.0, bottom = 36.0, left = 56.0, right = 8.0
         let plotW = max(10, width - left - right), plotH = max(10, height - top - bottom)
         let all = series.flatMap(\.values).filter(\.isFinite)
-        let (lower, upper, step) = axis(min(0, all.min() ?? 0), max(0, all.max() ?? 0), count: 4)
+        let (lower, upper, step) = axis(min(0, all.min() ?? 0), max(0, all.max() ?? 0), count: 4, minStep: minStep)
         func y(_ value: Double) -> Double { top + plotH - (value - lower) / (upper - lower) * plotH }
 
         var out = "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"chart\" viewBox=\"0 0 \(px(width)) \(px(height))\" width=\"\(px(width))\" height=\"\(px(height))\" role=\"img\" aria-label=\"\(escape(title))\">"

@@ -268,7 +268,8 @@ enum CostQueries {
             WHERE start_ms >= ? AND start_ms < ? AND (?3 IS NULL OR device = ?3)
             ORDER BY device, start_ms, trip_id
             """, arguments: [query.fromMs, query.toMs, query.device])
-        let keepMs = Int64(max(0, min(costs.rentalKeepS, 1e9)) * 1000)
+        // Clamped, and NaN taken as 0, so that an unvalidated configuration cannot trap.
+        let keepMs = costs.rentalKeepS.isFinite ? Int64(max(0, min(costs.rentalKeepS, 1e9)) * 1000) : 0
         var chains: [(device: String, startMs: Int64, endMs: Int64, distanceM: Double, trips: [String])] = []
         while let row = try rows.next() {
             let id: String = row[0], device: String = row[1], startMs: Int64 = row[2]
@@ -319,7 +320,7 @@ enum CostQueries {
         writer.beginObject()
         writer.key("currency"); writer.string(report.currency)
         writer.key("device"); writer.optional(query.device)
-        writer.key("distance_m"); writer.number(report.distanceM)
+        writer.key("distance_m"); writer.optional(report.distanceM)
         writer.key("drives"); writer.number(UInt64(report.drives))
         writer.key("from"); writer.optionalTime(ms: query.from.map(milliseconds))
         writer.key("mixed")
@@ -338,14 +339,14 @@ enum CostQueries {
         writer.key("expenses"); writer.number(UInt64(report.expenseCount))
         writer.key("total"); writer.value(money(report.ownCarTotal))
         writer.endObject()
-        writer.key("rental_keep_s"); writer.number(costs.rentalKeepS)
+        writer.key("rental_keep_s"); writer.optional(costs.rentalKeepS)
         writer.key("rentals")
         writer.beginArray()
         for rental in report.rentals {
             writer.beginObject()
             writer.key("cheapest"); writer.optional(rental.cheapest.map { names[$0] })
             writer.key("device"); writer.string(rental.device)
-            writer.key("distance_m"); writer.number(rental.distanceM)
+            writer.key("distance_m"); writer.optional(rental.distanceM)
             writer.key("end_time"); writer.date(rental.end)
             writer.key("minutes"); writer.number(UInt64(rental.minutes))
             writer.key("prices"); writer.value(.object(Dictionary(zip(names, rental.prices.map(money)), uniquingKeysWith: { a, _ in a })))

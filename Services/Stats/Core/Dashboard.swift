@@ -117,7 +117,9 @@ enum Dashboard {
         }
 
         let costs = try await store.monthlyCosts(range, months: months.map(\.key), configuration: options.costs)
-        var map = String(decoding: try await store.mapSVG(StatsQuery(device: device), width: 1200, height: 720), as: UTF8.self)
+        // A small frame while there is nothing to draw.
+        let mapHeight = drivesEver > 0 ? 720 : 240
+        var map = String(decoding: try await store.mapSVG(StatsQuery(device: device), width: 1200, height: mapHeight), as: UTF8.self)
         // Inline: the XML declaration is not allowed inside the page.
         if map.hasPrefix("<?xml"), let end = map.range(of: "?>") { map = String(map[end.upperBound...]) }
         return Page(
@@ -165,9 +167,14 @@ enum Dashboard {
 
     static func e(_ text: String) -> String { Markup.escape(text) }
 
-    static func monthLabel(_ month: Month, first: Bool) -> String {
-        let name = monthNames[Int(max(1, min(12, month.month))) - 1]
-        return first || month.month == 1 ? name + "\n" + String(month.year) : name
+    /// `Mar`, with the year under January, and under the first month unless January is next
+    /// (two years side by side would overlap in the small charts).
+    static func monthLabels(_ months: [Month]) -> [String] {
+        months.enumerated().map { index, month in
+            let name = monthNames[Int(max(1, min(12, month.month))) - 1]
+            let year = month.month == 1 || (index == 0 && months.count > 1 && months[1].month != 1)
+            return year ? name + "\n" + String(month.year) : name
+        }
     }
 
     static let palette = ["#8e6cc0", "#e07b39", "#3b9c8f", "#c9a227", "#b34d6d", "#5a7d2a"]
@@ -218,7 +225,7 @@ enum Dashboard {
     }
 
     static func lastYear(_ data: Page) -> String {
-        let labels = data.months.enumerated().map { monthLabel($1, first: $0 == 0) }
+        let labels = monthLabels(data.months)
         let stats = data.months.map { data.monthly[$0.key] ?? PeriodStats(period: $0.key) }
         let highlight = data.months.count - 1
         func chart(_ title: String, _ values: [Double], _ color: String, _ tick: @escaping (Double) -> String, _ tip: (PeriodStats) -> String) -> String {
@@ -226,7 +233,8 @@ enum Dashboard {
             return "<figure><figcaption>\(e(title))</figcaption>"
                 + Charts.bars(
                     labels: labels, series: [.init(name: title, color: color, values: values)], tooltips: tips, highlight: highlight,
-                    width: 380, height: 210, tick: tick, title: title + ", last 12 months", empty: "no drives yet")
+                    width: 380, height: 210, tick: tick, minStep: title.hasPrefix("Driving time") ? 0.5 : 1,
+                    title: title + ", last 12 months", empty: "no drives yet")
                 + "</figure>"
         }
         var out = "<section id=\"last-12-months\"><h2>Last 12 months</h2><div class=\"charts\">"
@@ -249,7 +257,7 @@ enum Dashboard {
         if !costs.rentals.isEmpty {
             series.append(.init(name: "mixed rent", color: "#444444", values: data.costs.map { $0.mixed.map(Money.double) ?? 0 }))
         }
-        let labels = data.months.enumerated().map { monthLabel($1, first: $0 == 0) }
+        let labels = monthLabels(data.months)
         let tips = series.map { item in zip(data.months, item.values).map { "\(item.name), \($0.key): \(grouped($1, places: 2)) \(costs.currency)" } }
         out += "<figure class=\"wide\">" + Charts.bars(
             labels: labels, series: series, tooltips: tips, width: 1140, height: 280, tick: { grouped($0) },
@@ -259,9 +267,10 @@ enum Dashboard {
         for (index, rental) in costs.rentals.enumerated() { totals.append((rental.name, data.costs.reduce(Decimal(0)) { $0 + $1.services[index] })) }
         if !costs.rentals.isEmpty { totals.append(("mixed rent", data.costs.reduce(Decimal(0)) { $0 + ($1.mixed ?? 0) })) }
         out += "<table class=\"totals\"><thead><tr><th>Last 12 months</th><th class=\"num\">Total</th></tr></thead><tbody>"
-        let cheapest = totals.map(\.1).min()
+        // The cheapest is marked only when there is a choice.
+        let cheapest = Set(totals.map(\.1)).count > 1 ? totals.map(\.1).min() : nil
         for (name, total) in totals {
-            out += "<tr\(total == cheapest && totals.count > 1 ? " class=\"best\"" : "")><td>\(e(name))</td><td class=\"num\">\(e(money(total, costs.currency)))</td></tr>"
+            out += "<tr\(total == cheapest ? " class=\"best\"" : "")><td>\(e(name))</td><td class=\"num\">\(e(money(total, costs.currency)))</td></tr>"
         }
         out += "</tbody></table>"
         if costs.rentals.isEmpty { out += "<p class=\"note\">No rental services configured to compare with (<code>costs.rentals</code>).</p>" }
@@ -372,6 +381,9 @@ enum Dashboard {
         .muted,.note{color:var(--muted)}
         code{background:#f1f3f5;padding:0 4px;border-radius:4px}
         footer{max-width:1200px;margin:0 auto;padding:0 20px 24px;color:var(--muted);font-size:13px}
-        footer a{color:#2e6f95}
+        footer a,td a{color:#2e6f95}
+        figure.wide{overflow-x:auto}
+        figure.wide svg.chart{min-width:760px}
+        @media (max-width:820px){.charts svg.chart{max-width:460px}.cards{grid-template-columns:repeat(2,1fr)}.charts{grid-template-columns:1fr}table.trips td:nth-child(7),table.trips th:nth-child(7){display:none}}
         """
 }

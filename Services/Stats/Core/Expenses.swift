@@ -222,8 +222,11 @@ enum Ledger {
             var amount: Decimal?, amountText: String?
             switch object["amount"] {
             case .number(let value)?:
+                guard value.isFinite, abs(value) <= 1_000_000_000 else {
+                    throw invalid(row: number, field: "amount", "must be from -1000000000 to 1000000000")
+                }
                 amountText = "\(value)"
-                amount = value.isFinite ? Money.decimal(value) : nil
+                amount = Money.decimal(value)
             case .string(let value)?:
                 amountText = value
                 amount = Money.parse(value.trimmingCharacters(in: .whitespaces))
