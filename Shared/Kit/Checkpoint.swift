@@ -22,7 +22,7 @@ public struct CheckpointFile: Sendable {
 
     public func save(_ state: some Encodable) throws {
         let data = try JSONEncoder().encode(state)
-        let temporary = path + ".tmp"
+        let temporary = path + ".tmp.\(getpid())"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         defer { close(fd) }

@@ -137,24 +137,29 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                     }
                     continue
                 }
-                guard let seq = Self.journalSeq(message) else { continue }
+                // Only ingest writes the journal; anything else on these topics is not journal data.
+                guard message.header.source == "ingest", let seq = Self.journalSeq(message) else { continue }
                 let last = lastSeq
                 if seq <= last { continue }
                 if seq > last + 1 {
                     context.logger.notice("journal gap: replaying", metadata: ["from": "\(last + 1)", "to": "\(seq - 1)"])
                     try await catchUp(to: seq - 1)
+                    // An unfinished replay (shutdown, ingest away) leaves the gap open: the message
+                    // must wait, or the seqs before it would be skipped for good.
+                    guard lastSeq == seq - 1 else { continue }
                 }
                 apply(JournalMessage(seq: seq, topic: message.topic, payload: message.payload), live: true)
             }
             group.cancelAll()
         }
-        saveCheckpoint()
+        await flushCheckpoints()
     }
 
     private func apply(_ message: JournalMessage, live: Bool) {
         // Replays and live messages can race for the same seq only before the catch-up ends.
         let events = state.withLock { checkpoint -> [DerivedEvent] in
-            guard message.seq > checkpoint.lastSeq else { return [] }
+            // Strictly in order: a message after a gap is never applied before the gap is filled.
+            guard message.seq == checkpoint.lastSeq + 1 else { return [] }
             let events = apply(&checkpoint.core, message, live)
             checkpoint.lastSeq = message.seq
             seq.store(message.seq, ordering: .relaxed)
@@ -202,12 +207,26 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         }
     }
 
+    /// Saves the newest state. Saves are serialised on one queue of their own: two at once
+    /// would interleave their writes, and file I/O does not belong on the cooperative pool.
     private func saveCheckpoint() {
-        let snapshot = state.withLock { $0 }
-        do {
-            try checkpoint.save(snapshot)
-        } catch {
-            context.logger.error("checkpoint not saved: \(error)")
+        Self.checkpointQueue.async { [self] in
+            let snapshot = state.withLock { $0 }
+            do {
+                try checkpoint.save(snapshot)
+            } catch {
+                context.logger.error("checkpoint not saved: \(error)")
+            }
+        }
+    }
+
+    private static var checkpointQueue: DispatchQueue { DispatchQueue.checkpoints }
+
+    /// Waits for the saves already queued; used once, at shutdown.
+    private func flushCheckpoints() async {
+        saveCheckpoint()
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            Self.checkpointQueue.async { continuation.resume() }
         }
     }
 
@@ -223,6 +242,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
         return (try? message.decode(SeqOnly.self))?.seq
     }
+}
+
+extension DispatchQueue {
+    /// One serial queue for every checkpoint write in the process.
+    static let checkpoints = DispatchQueue(label: "drivebus.checkpoints")
 }
 
 /// Every journaled payload carries its journal seq.

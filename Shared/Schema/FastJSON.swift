@@ -258,14 +258,16 @@ public struct JSONReader {
         return map
     }
 
-    /// Skips any value: unknown fields are ignored, as the bus's rules require.
-    public mutating func skipValue() throws(Failure) {
+    /// Skips any value: unknown fields are ignored, as the bus's rules require. Nesting is
+    /// limited, so a hostile document cannot exhaust the stack.
+    public mutating func skipValue(depth: Int = 0) throws(Failure) {
+        guard depth < 64 else { throw failure("nested too deeply") }
         skipSpace()
         guard index < bytes.count else { throw failure("unexpected end") }
         switch bytes[index] {
         case UInt8(ascii: "\""): _ = try readString()
-        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: String) throws(Failure) in try reader.skipValue() }
-        case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue() }
+        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: String) throws(Failure) in try reader.skipValue(depth: depth + 1) }
+        case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")

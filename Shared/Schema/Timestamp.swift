@@ -13,9 +13,14 @@ public enum RFC3339 {
         return String(decoding: out, as: UTF8.self)
     }
 
+    /// The range RFC 3339 can spell: years 0000 to 9999. Dates outside it are clamped, so that
+    /// formatting never traps whatever a client sent.
+    static let representableMs: ClosedRange<Double> = -62_167_219_200_000...253_402_300_799_999
+
     /// Appends the 24 bytes of `format(date)` to `out`, without allocating.
     public static func write(_ date: Date, to out: inout [UInt8]) {
-        let totalMs = Int64((date.timeIntervalSince1970 * 1000).rounded())
+        let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
+        let totalMs = Int64(milliseconds.isNaN ? 0 : min(max(milliseconds, representableMs.lowerBound), representableMs.upperBound))
         let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = msOfDay / 1000

@@ -113,7 +113,8 @@ extension ZMQLoop {
     /// uses a fresh REQ socket, so a lost reply never wedges later calls.
     public func request(_ endpoint: ZMQEndpoint, body: [UInt8], timeout: Duration) async throws -> [UInt8] {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
-            execute { io in
+            executeOrFail { io in
+                guard let io else { return continuation.resume(throwing: ZMQLoop.LoopError.stopped) }
                 do {
                     let socket = try ZMQSocket(io.context, .req)
                     if let curve = endpoint.curve { try socket.setCurve(curve) }

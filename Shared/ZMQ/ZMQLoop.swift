@@ -74,6 +74,12 @@ public final class ZMQLoop: Sendable {
         enqueue(.run { io in if let io { body(io) } })
     }
 
+    /// Runs `body` on the I/O thread, or with `nil` if the loop has stopped, so that callers
+    /// waiting on a continuation are always resumed.
+    func executeOrFail(_ body: @escaping @Sendable (IO?) -> Void) {
+        enqueue(.run(body))
+    }
+
     /// Queues `message` for sending on socket `id`, without waiting.
     public func send(_ message: ZMQMessage, on id: SocketID) {
         enqueue(.send(id, message))

@@ -97,6 +97,20 @@ func date(_ text: String) -> Date { RFC3339.parse(text)! }
         reopened.shutdown()
     }
 
+    @Test func damageBeforeGoodRecordsRefusesToStartInsteadOfCuttingThem() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let journal = try Journal(path: path) { _, _ in }
+        _ = try await journal.append([fix(0), fix(1), fix(2)])
+        journal.shutdown()
+        // Flip a byte inside the first record's body.
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: 12)
+        try handle.write(contentsOf: Data([0x58]))
+        try handle.close()
+        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _, _ in } }
+    }
+
     @Test func concurrentBatchesShareCommitsAndKeepSeqGapless() async throws {
         let dir = TempDir()
         let published = Published()
@@ -279,6 +293,8 @@ func date(_ text: String) -> Date { RFC3339.parse(text)! }
         ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[1,1]},"properties":{}}]}"#, "overland timestamp", 400, "locations[0].properties.timestamp"),
         ("/owntracks", #"{"_type":"location","lat":1,"lon":2}"#, "owntracks tst", 400, "tst"),
         ("/owntracks", #"{"lat":1,"lon":2,"tst":1700000000}"#, "owntracks _type", 400, "_type"),
+        ("/owntracks", #"{"_type":"location","lat":1,"lon":2,"tst":99999999999999999999999}"#, "absurd epoch", 400, "tst"),
+        ("/api/v1/fixes", #"{"fixes":[{"time":"0000-01-01T00:00:00+01:00","lat":1,"lon":2}]}"#, "year -1", 400, "fixes[0].time"),
     ]
 
     @Test func badInputIsRefusedNamingTheFieldAndNothingIsStored() async throws {

@@ -26,6 +26,12 @@ import Testing
         #expect(RFC3339.parse(text) == nil)
     }
 
+    @Test func formattingNeverTrapsOnDatesOutsideRFC3339() {
+        #expect(RFC3339.format(Date(timeIntervalSince1970: 1e20)) == "9999-12-31T23:59:59.999Z")
+        #expect(RFC3339.format(Date(timeIntervalSince1970: -1e20)) == "0000-01-01T00:00:00.000Z")
+        #expect(RFC3339.format(Date(timeIntervalSince1970: .nan)) == "1970-01-01T00:00:00.000Z")
+    }
+
     @Test func roundTripsEveryMillisecondPattern() {
         for ms in stride(from: Int64(1_600_000_000_000), to: 1_600_000_000_000 + 2000, by: 7) {
             let date = Date(timeIntervalSince1970: Double(ms) / 1000)

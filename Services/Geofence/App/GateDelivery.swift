@@ -14,6 +14,8 @@ final class GateDelivery: Service, Sendable {
     private let sender: WebhookSender
     private let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     private let inFlight = Mutex<Set<String>>([])
+    /// Calls known to be delivered, even if recording that in the outbox failed.
+    private let delivered = Mutex<Set<String>>([])
 
     init(context: ServiceContext, outbox: Outbox, gates: [Gate], sender: WebhookSender) {
         self.context = context
@@ -69,7 +71,8 @@ final class GateDelivery: Service, Sendable {
                 }
             }
             timer?.cancel()
-            group.cancelAll()
+            // In-flight attempts are left to finish (each is bounded by its timeout): cancelling
+            // one the gate already received would send it again at the next start.
         }
     }
 
@@ -79,11 +82,22 @@ final class GateDelivery: Service, Sendable {
             finish(entry, state: .failed, status: nil, error: "gate \(entry.gate) is no longer configured")
             return
         }
+        if delivered.withLock({ $0.contains(entry.key) }) {
+            finish(entry, state: .delivered, status: entry.lastStatus, error: nil)
+            return
+        }
+        // A gate must not open long after the arrival that asked for it: retries and calls left
+        // over from an earlier run expire with the fix's max_age_s.
+        if Date().timeIntervalSince(entry.fixTime) > gate.maxAgeS {
+            finish(entry, state: .failed, status: entry.lastStatus, error: "expired: the fix is older than max_age_s (\(Int(gate.maxAgeS)) s)")
+            return
+        }
         var entry = entry
         entry.attempts += 1
         let result = await sender.attempt(entry, secret: gate.webhook.secret, timeout: gate.webhook.timeoutS)
         switch result {
         case .delivered(let status):
+            delivered.withLock { _ = $0.insert(entry.key) }
             entry.lastStatus = status
             entry.latencyMs = (Date().timeIntervalSince(entry.createdAt) * 1000 * 10).rounded() / 10
             finish(entry, state: .delivered, status: status, error: nil)

@@ -26,7 +26,8 @@ await ServiceRunner.main(.ingest) { context in
         logger: logger
     )
     return ServiceParts(
-        services: [http, JournalCloser(journal: journal)],
+        // ServiceGroup stops services in reverse order: HTTP first, then the journal.
+        services: [JournalCloser(journal: journal), http],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
         lastSeq: { ["journal": journal.lastSeq] }
     )

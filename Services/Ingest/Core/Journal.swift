@@ -295,15 +295,36 @@ public final class Journal: Sendable {
             let crc = UInt32(littleEndian: buffer[(position + 4)..<(position + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
             let bodyStart = position + 8
             // A record cut short, or one whose checksum fails, is where a crash interrupted a
-            // write that was never acknowledged.
+            // write that was never acknowledged: the torn tail. A bad record with good ones after
+            // it is damage, not a tail: refuse it rather than cut acknowledged records away.
             guard buffer.endIndex - bodyStart >= length else { break }
             let body = buffer[bodyStart..<(bodyStart + length)]
-            guard CRC32.checksum(body) == crc, let newline = body.firstIndex(of: 0x0A) else { break }
+            guard CRC32.checksum(body) == crc, let newline = body.firstIndex(of: 0x0A) else {
+                if hasValidRecord(buffer[(bodyStart + length)...]) {
+                    throw .corrupt("record at byte \(baseOffset + Int64(position - buffer.startIndex)) fails its checksum, and valid records follow it")
+                }
+                break
+            }
             try each(baseOffset + Int64(position - buffer.startIndex), (String(decoding: body[..<newline], as: UTF8.self), Array(body[(newline + 1)...])))
             position = bodyStart + length
         }
         return baseOffset + Int64(position - buffer.startIndex)
     }
+}
+
+/// Whether a valid record starts anywhere in `bytes` (checked only after a bad one was found).
+private func hasValidRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
+    var position = bytes.startIndex
+    while bytes.endIndex - position >= 8 {
+        let length = Int(UInt32(littleEndian: bytes[position..<(position + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
+        let crc = UInt32(littleEndian: bytes[(position + 4)..<(position + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
+        if length > 0, bytes.endIndex - (position + 8) >= length {
+            let body = bytes[(position + 8)..<(position + 8 + length)]
+            if CRC32.checksum(body) == crc, body.contains(0x0A) { return true }
+        }
+        position += 1
+    }
+    return false
 }
 
 /// What the journal stores: one bus message's topic and payload, with `seq` filled in on commit.

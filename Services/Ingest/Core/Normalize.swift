@@ -80,7 +80,10 @@ struct Normalizer: Sendable {
     static func parseTime(_ text: String, field: String) throws(IngestError) -> Date {
         let trimmed = text.trimmingCharacters(in: .whitespaces)
         if let number = Double(trimmed), trimmed.allSatisfy({ $0.isNumber || $0 == "." }) {
-            return Date(timeIntervalSince1970: number > 2_147_483_647 ? number / 1000 : number)
+            let seconds = number > 2_147_483_647 ? number / 1000 : number
+            // Beyond year 9999 even as milliseconds: not a time any client meant.
+            guard seconds < 253_402_300_800 else { throw .invalid(field, "time \(text) is out of range") }
+            return Date(timeIntervalSince1970: seconds)
         }
         if let date = RFC3339.parse(trimmed) ?? RFC3339.parse(trimmed + "Z") { return date }
         throw .invalid(field, "expected epoch seconds or milliseconds, ISO 8601, or yyyy-MM-dd HH:mm:ss, got \"\(text)\"")

@@ -159,7 +159,7 @@ public enum TrackFiles {
     private static func time(_ value: JSONValue) -> Date? {
         switch value {
         case .string(let text): try? Normalizer.parseTime(text, field: "time")
-        case .number(let number): try? Normalizer.parseTime(String(Int64(number)), field: "time")
+        case .number(let number): number.isFinite && abs(number) < 1e15 ? try? Normalizer.parseTime(String(Int64(number)), field: "time") : nil
         default: nil
         }
     }

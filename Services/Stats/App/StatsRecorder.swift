@@ -90,10 +90,14 @@ final class StatsRecorder: Service, Sendable {
                     continue
                 }
                 if JournalTopics.types.contains(message.header.type) {
-                    guard let journalSeq = JournalConsumer<StatsDerivations>.journalSeq(message), journalSeq > lastSeq else { continue }
+                    // Only ingest writes the journal.
+                    guard message.header.source == "ingest", let journalSeq = JournalConsumer<StatsDerivations>.journalSeq(message),
+                          journalSeq > lastSeq else { continue }
                     if journalSeq > lastSeq + 1 {
                         try await flush(&pending)
                         try await catchUp(to: journalSeq - 1)
+                        // An unfinished replay leaves the gap open: never store past it.
+                        guard lastSeq == journalSeq - 1 else { continue }
                     }
                     pending += record(JournalMessage(seq: journalSeq, topic: message.topic, payload: message.payload), time: message.header.time)
                 } else {
