@@ -10,6 +10,8 @@ import ServiceLifecycle
 /// context down is what makes it return.
 public final class Broker: Service, Sendable {
     private let endpoints: (in: ZMQEndpoint, out: ZMQEndpoint)
+    /// The one client key CURVE connections may present (ZAP), for a bus over tcp://.
+    private let allowedClientKey: [UInt8]?
     private let logger: Logger
     private let context = ZMQContext()
 
@@ -19,12 +21,17 @@ public final class Broker: Service, Sendable {
             throw ConfigError(path: "bus.curve.server_secret_key", reason: "is required on the machine that runs drivebus-bus")
         }
         self.endpoints = config.busEndpoints(asBroker: true)
+        self.allowedClientKey = config.bus.curve.flatMap { CurveKeyPair.decode(z85: $0.clientPublicKey) }
+        if usesTCP && allowedClientKey == nil {
+            throw ConfigError(path: "bus.curve.client_public_key", reason: "is not a valid Z85 key")
+        }
         self.logger = logger
     }
 
     public func run() async throws {
         let (bound, boundContinuation) = AsyncStream.makeStream(of: Result<Void, any Error>.self)
         let (finished, finishedContinuation) = AsyncStream.makeStream(of: Void.self)
+        if let allowedClientKey { try startZAP(allowing: allowedClientKey) }
         let thread = Thread { [context, endpoints, logger] in
             defer { finishedContinuation.finish() }
             let frontend: ZMQSocket, backend: ZMQSocket
@@ -57,5 +64,28 @@ public final class Broker: Service, Sendable {
         try? await gracefulShutdown()
         context.shutdown()
         for await _ in finished {}
+    }
+
+    /// CURVE alone lets in anyone who knows the server's public key. libzmq asks a ZAP handler
+    /// (RFC 27) on `inproc://zeromq.zap.01` about every connection; this one admits only the
+    /// configured client key. It must be bound before the CURVE sockets.
+    private func startZAP(allowing clientKey: [UInt8]) throws {
+        let zap = try ZMQSocket(context, .rep)
+        try zap.bind("inproc://zeromq.zap.01")
+        nonisolated(unsafe) let handler = zap  // owned by the thread below from here on
+        let logger = logger
+        let thread = Thread {
+            defer { handler.close() }
+            // A blocking receive on a thread of its own; context shutdown ends it with ETERM.
+            while let request = try? handler.receive(dontWait: false) {
+                // [version, request id, domain, address, identity, mechanism, credentials…]
+                guard request.count >= 6 else { continue }
+                let allowed = String(decoding: request[5], as: UTF8.self) == "CURVE" && request.count >= 7 && request[6] == clientKey
+                if !allowed { logger.warning("bus connection refused: unknown CURVE client key", metadata: ["address": "\(String(decoding: request[3], as: UTF8.self))"]) }
+                _ = try? handler.send([request[0], request[1], Array((allowed ? "200" : "400").utf8), Array((allowed ? "OK" : "client key not allowed").utf8), [], []], dontWait: false)
+            }
+        }
+        thread.name = "zmq-zap"
+        thread.start()
     }
 }

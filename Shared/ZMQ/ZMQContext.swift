@@ -37,6 +37,14 @@ public struct CurveKeyPair: Sendable, Equatable {
         self.secretKey = secretKey
     }
 
+    /// The 32 bytes a Z85 key stands for, as ZAP presents client keys; nil if it is not Z85.
+    public static func decode(z85 key: String) -> [UInt8]? {
+        guard key.utf8.count == 40 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        let ok = key.withCString { zmq_z85_decode(&bytes, $0) } != nil
+        return ok ? bytes : nil
+    }
+
     public static func generate() throws(ZMQError) -> CurveKeyPair {
         var publicKey = [CChar](repeating: 0, count: 41)
         var secretKey = [CChar](repeating: 0, count: 41)

@@ -173,3 +173,47 @@ extension Sequence {
         return results
     }
 }
+
+/// A bus over tcp:// with CURVE: only the configured client key gets in.
+@Suite(.serialized) struct CurveBusTests {
+    @Test func onlyTheConfiguredClientKeyIsAdmitted() async throws {
+        try #require(ZMQContext.hasCurve)
+        let dir = TempDir()
+        let server = try CurveKeyPair.generate(), client = try CurveKeyPair.generate(), stranger = try CurveKeyPair.generate()
+        let (inPort, outPort) = (freePort(), freePort())
+        func yaml(_ own: CurveKeyPair) -> String {
+            """
+            state_dir: \(dir.path)/state
+            bus:
+              in: "tcp://127.0.0.1:\(inPort)"
+              out: "tcp://127.0.0.1:\(outPort)"
+              curve: {server_public_key: "\(server.publicKey)", server_secret_key: "\(server.secretKey)", client_public_key: "\(own.publicKey)", client_secret_key: "\(own.secretKey)"}
+            """
+        }
+        let path = dir.file("drivebus.yaml", yaml(client))
+        let broker = try Child("drivebus-bus", ["--config", path])
+        let member = BusClient(config: try DrivebusConfig.parse(yaml: yaml(client)), name: "member")
+        let outsider = BusClient(config: try DrivebusConfig.parse(yaml: yaml(stranger)), name: "outsider")
+        let publisher = try await member.makePublisher(source: "test")
+        var admitted = try await member.subscribe(["probe"]).makeAsyncIterator()
+        let refused = try await outsider.subscribe(["probe"])
+        let outsiderSaw = Task { var count = 0; for await _ in refused { count += 1 }; return count }
+        let probing = Task {
+            while !Task.isCancelled {
+                _ = try? publisher.publish("probe", payload: RPCEmpty())
+                try? await Task.sleep(for: .milliseconds(20))
+            }
+        }
+        let first = await admitted.next()
+        #expect(first?.topic == "probe")
+        try await Task.sleep(for: .seconds(1))
+        probing.cancel()
+        outsiderSaw.cancel()
+        #expect(await outsiderSaw.value == 0)
+        await member.shutdown()
+        await outsider.shutdown()
+        broker.signal(SIGTERM)
+        #expect(try await broker.exitStatus() == 0)
+        #expect(broker.stderr.contains("unknown CURVE client key"))
+    }
+}
