@@ -18,14 +18,19 @@ struct StatsDerivations: Codable, Sendable {
     mutating func handle(_ message: JournalMessage) -> [DerivedEvent] {
         var events: [DerivedEvent] = []
         var scored: [ScorerOutput] = []
+        var tripsInput: TripsInput?
         switch message.type {
-        case "fix": if let fix = try? BusJSON.decode(Fix.self, from: message.payload) { scored += scorer.handle(.fix(fix)) }
+        case "fix":
+            // Decoded once for both cores: this is the hot path of storing.
+            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
+            scored += scorer.handle(.fix(fix))
+            tripsInput = .fix(fix)
         case "session.started": if let session = try? BusJSON.decode(SessionStarted.self, from: message.payload) { scored += scorer.handle(.sessionStarted(session)) }
         case "session.stopped": if let session = try? BusJSON.decode(SessionStopped.self, from: message.payload) { scored += scorer.handle(.sessionStopped(session)) }
-        default: break
+        default: tripsInput = TripsInput(message)
         }
-        if let input = TripsInput(message) {
-            for output in segmenter.handle(input, arrivedAt: Date()) {
+        if let tripsInput {
+            for output in segmenter.handle(tripsInput, arrivedAt: Date()) {
                 if let event = output.derived { events.append(event) }
                 if let trip = output.scorerInput { scored += scorer.handle(trip) }
             }
@@ -44,6 +49,7 @@ final class StatsRecorder: Service, Sendable {
     private let seq = Atomic<UInt64>(0)
     private let live = Atomic<Bool>(false)
     private let derivations: Mutex<StatsDerivations>
+    private nonisolated(unsafe) var lastStateSave = ContinuousClock.now  // only touched by run()
 
     init(context: ServiceContext, store: StatsStore, metrics: StatsMetrics) {
         self.context = context
@@ -122,7 +128,13 @@ final class StatsRecorder: Service, Sendable {
 
     private func flush(_ pending: inout [StoredEvent]) async throws {
         guard !pending.isEmpty else { return }
-        let state = derivations.withLock { try? JSONEncoder().encode($0) }
+        // The derivations hold whole open trips: encoding them with every batch would make
+        // storing quadratic in a trip's length, so they are saved at most once a second.
+        var state: (seq: UInt64, data: Data)?
+        if lastStateSave.duration(to: .now) >= .seconds(1) {
+            state = derivations.withLock { derivations in (try? JSONEncoder().encode(derivations)).map { (lastSeq, $0) } }
+            lastStateSave = .now
+        }
         let started = ContinuousClock.now
         let summary = try await store.store(pending, journalSeq: lastSeq, state: state)
         metrics.stored(pending, summary: summary, took: started.duration(to: .now))

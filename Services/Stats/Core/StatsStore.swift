@@ -126,24 +126,33 @@ public final class StatsStore: Sendable {
 
     /// Stores a batch and, in the same transaction, the last journal seq it completes: the
     /// database is its own checkpoint, so a crash can never record a seq whose data is missing.
-    /// `state` is the caller's own state at that seq (the stats service's derivations), kept in
-    /// the same transaction for the same reason.
+    /// `state` is the caller's own state (the stats service's derivations) as of `state.seq`,
+    /// kept in the same transaction for the same reason. It can lag the data: replaying from its
+    /// seq re-stores data that is already there, which changes nothing.
     @discardableResult
-    public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: Data? = nil) async throws -> Summary {
+    public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
         try await pool.write { db in
             let summary = try Projector.store(batch, in: db)
             try db.execute(
-                sql: "INSERT INTO cursors (name, value, state) VALUES ('journal', ?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value, state = excluded.state",
-                arguments: [Int64(journalSeq), state])
+                sql: "INSERT INTO cursors (name, value) VALUES ('journal', ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                arguments: [Int64(journalSeq)])
+            if let state {
+                try db.execute(
+                    sql: "INSERT INTO cursors (name, value, state) VALUES ('derivations', ?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value, state = excluded.state",
+                    arguments: [Int64(state.seq), state.data])
+            }
             return summary
         }
     }
 
-    /// The last journal seq whose messages are all stored, and the state stored with it.
+    /// Where to resume: the seq of the last saved state and that state; without one, the last
+    /// journal seq whose messages are all stored.
     public func journalCursor() async throws -> (seq: UInt64, state: Data?) {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT value, state FROM cursors WHERE name = 'journal'") else { return (0, nil) }
-            return (UInt64(row["value"] as Int64), row["state"] as Data?)
+            if let row = try Row.fetchOne(db, sql: "SELECT value, state FROM cursors WHERE name = 'derivations'") {
+                return (UInt64(row["value"] as Int64), row["state"] as Data?)
+            }
+            return (UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'journal'") ?? 0), nil)
         }
     }
 
