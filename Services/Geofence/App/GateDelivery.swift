@@ -57,12 +57,12 @@ final class GateDelivery: Service, Sendable {
         var timer: Task<Void, Never>?
         try await withThrowingDiscardingTaskGroup { group in
             for await _ in wakeups.cancelOnGracefulShutdown() {
-                let due = (try? outbox.pending(dueBy: Date())) ?? []
+                let due = (try? await outbox.pending(dueBy: Date())) ?? []
                 for entry in due where inFlight.withLock({ $0.insert(entry.key).inserted }) {
                     group.addTask { await self.attempt(entry) }
                 }
                 // Wake again when the next retry is due (a new call wakes us sooner).
-                let next = (try? outbox.nextAttempt()) ?? nil
+                let next = (try? await outbox.nextAttempt()) ?? nil
                 let wait = max(0.02, min(next.map { $0.timeIntervalSinceNow } ?? 1, 1))
                 timer?.cancel()
                 timer = Task { [wake] in
@@ -79,17 +79,17 @@ final class GateDelivery: Service, Sendable {
     private func attempt(_ entry: OutboxEntry) async {
         defer { inFlight.withLock { _ = $0.remove(entry.key) } }
         guard let gate = gates[entry.gate] else {
-            finish(entry, state: .failed, status: nil, error: "gate \(entry.gate) is no longer configured")
+            await finish(entry, state: .failed, status: nil, error: "gate \(entry.gate) is no longer configured")
             return
         }
         if delivered.withLock({ $0.contains(entry.key) }) {
-            finish(entry, state: .delivered, status: entry.lastStatus, error: nil)
+            await finish(entry, state: .delivered, status: entry.lastStatus, error: nil)
             return
         }
         // A gate must not open long after the arrival that asked for it: retries and calls left
         // over from an earlier run expire with the fix's max_age_s.
         if Date().timeIntervalSince(entry.fixTime) > gate.maxAgeS {
-            finish(entry, state: .failed, status: entry.lastStatus, error: "expired: the fix is older than max_age_s (\(Int(gate.maxAgeS)) s)")
+            await finish(entry, state: .failed, status: entry.lastStatus, error: "expired: the fix is older than max_age_s (\(Int(gate.maxAgeS)) s)")
             return
         }
         var entry = entry
@@ -100,20 +100,20 @@ final class GateDelivery: Service, Sendable {
             delivered.withLock { _ = $0.insert(entry.key) }
             entry.lastStatus = status
             entry.latencyMs = (Date().timeIntervalSince(entry.createdAt) * 1000 * 10).rounded() / 10
-            finish(entry, state: .delivered, status: status, error: nil)
+            await finish(entry, state: .delivered, status: status, error: nil)
         case .rejected(let status):
-            finish(entry, state: .failed, status: status, error: "HTTP \(status), not retried")
+            await finish(entry, state: .failed, status: status, error: "HTTP \(status), not retried")
         case .retry(let status, let error):
             // `retries` counts the attempts after the first.
             guard entry.attempts <= gate.webhook.retries else {
-                finish(entry, state: .failed, status: status, error: error)
+                await finish(entry, state: .failed, status: status, error: error)
                 return
             }
             entry.lastStatus = status
             entry.lastError = error
             entry.nextAttemptAt = Date().addingTimeInterval(WebhookSender.backoff(afterAttempt: entry.attempts))
             do {
-                try outbox.update(entry)
+                try await outbox.update(entry)
             } catch {
                 context.logger.error("outbox update failed for \(entry.gate): \(error)")
             }
@@ -121,7 +121,7 @@ final class GateDelivery: Service, Sendable {
         }
     }
 
-    private func finish(_ entry: OutboxEntry, state: OutboxEntry.State, status: Int?, error: String?) {
+    private func finish(_ entry: OutboxEntry, state: OutboxEntry.State, status: Int?, error: String?) async {
         var entry = entry
         entry.state = state
         entry.lastStatus = status
@@ -129,7 +129,7 @@ final class GateDelivery: Service, Sendable {
         entry.finishedAt = Date()
         do {
             // Recorded before anything else, so that a success is never sent again.
-            try outbox.update(entry)
+            try await outbox.update(entry)
         } catch {
             context.logger.error("outbox update failed for \(entry.gate): \(error)")
         }
@@ -155,7 +155,7 @@ final class GateDelivery: Service, Sendable {
 
     /// The `outbox` RPC: every call with its state, for `drivebus status` and tests. No secrets
     /// and no headers are in it.
-    static func outboxReply(_ outbox: Outbox) -> [UInt8] {
+    static func outboxReply(_ outbox: Outbox) async -> [UInt8] {
         struct Row: Codable, Sendable {
             let key, gate, device, state: String
             let attempts: Int
@@ -166,7 +166,7 @@ final class GateDelivery: Service, Sendable {
             }
         }
         struct Reply: Codable, Sendable { let calls: [Row] }
-        let rows = ((try? outbox.all()) ?? []).map {
+        let rows = ((try? await outbox.all()) ?? []).map {
             Row(key: $0.key, gate: $0.gate, device: $0.device, state: $0.state.rawValue, attempts: $0.attempts, lastStatus: $0.lastStatus)
         }
         return (try? BusJSON.encode(RPCReply.success(Reply(calls: rows)))) ?? []

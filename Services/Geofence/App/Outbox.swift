@@ -73,28 +73,26 @@ final class Outbox: Sendable {
         }
     }
 
-    func pending(dueBy time: Date) throws -> [OutboxEntry] {
-        try database.read { db in
+    // The delivery loop's calls are async: GRDB runs them on its own queue, off the cooperative pool.
+
+    func pending(dueBy time: Date) async throws -> [OutboxEntry] {
+        try await database.read { db in
             try OutboxEntry.filter(Column("state") == OutboxEntry.State.pending.rawValue && Column("nextAttemptAt") <= time)
                 .order(Column("nextAttemptAt")).fetchAll(db)
         }
     }
 
-    func nextAttempt() throws -> Date? {
-        try database.read { db in
+    func nextAttempt() async throws -> Date? {
+        try await database.read { db in
             try Date.fetchOne(db, sql: "SELECT MIN(nextAttemptAt) FROM outbox WHERE state = ?", arguments: [OutboxEntry.State.pending.rawValue])
         }
     }
 
-    func update(_ entry: OutboxEntry) throws {
-        try database.write { db in try entry.update(db) }
+    func update(_ entry: OutboxEntry) async throws {
+        try await database.write { db in try entry.update(db) }
     }
 
-    func entry(_ key: String) throws -> OutboxEntry? {
-        try database.read { db in try OutboxEntry.fetchOne(db, key: key) }
-    }
-
-    func all() throws -> [OutboxEntry] {
-        try database.read { db in try OutboxEntry.order(Column("createdAt")).fetchAll(db) }
+    func all() async throws -> [OutboxEntry] {
+        try await database.read { db in try OutboxEntry.order(Column("createdAt")).fetchAll(db) }
     }
 }

@@ -27,5 +27,5 @@ await ServiceRunner.main(.geofence) { context in
         },
         tick: { engine, now in delivery.route(engine.handle(.tick(now: now), now: now)) }
     )
-    return ServiceParts(consumer: consumer, services: [delivery], rpc: ["outbox": { _ in GateDelivery.outboxReply(outbox) }])
+    return ServiceParts(consumer: consumer, services: [delivery], rpc: ["outbox": { _ in await GateDelivery.outboxReply(outbox) }])
 }
