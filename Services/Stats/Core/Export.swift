@@ -74,17 +74,8 @@ extension StatsStore {
 }
 
 enum ExportQueries {
-    struct FixRecord {
-        var device: String
-        var timeMs: Int64
-        var lat: Double
-        var lon: Double
-        var accuracyM: Double?
-        var altitudeM: Double?
-        var speedMps: Double?
-        var courseDeg: Double?
-        var seq: Int64?
-    }
+    /// A stored fix is the same row that was projected from the bus.
+    typealias FixRecord = FixRow
 
     static let gpxHeader: StaticString = """
         <?xml version="1.0" encoding="UTF-8"?>
@@ -116,7 +107,7 @@ enum ExportQueries {
         while let row = try rows.next() {
             try body(FixRecord(
                 device: device, timeMs: row[0], lat: row[1], lon: row[2], accuracyM: row[3], altitudeM: row[4],
-                speedMps: row[5], courseDeg: row[6], seq: row[7]))
+                speedMps: row[5], courseDeg: row[6], seq: (row[7] as Int64?).map { UInt64(max(0, $0)) }))
         }
     }
 

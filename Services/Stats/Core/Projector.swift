@@ -300,6 +300,18 @@ struct FixRow {
     var courseDeg: Double?
     var seq: UInt64?
 
+    init(device: String, timeMs: Int64, lat: Double, lon: Double, accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, seq: UInt64?) {
+        self.device = device
+        self.timeMs = timeMs
+        self.lat = lat
+        self.lon = lon
+        self.accuracyM = accuracyM
+        self.altitudeM = altitudeM
+        self.speedMps = speedMps
+        self.courseDeg = courseDeg
+        self.seq = seq
+    }
+
     /// Reads the payload with the bus's own `Fix` decoder, then checks what the tables need.
     init(_ bytes: [UInt8], fallbackDevice: String?) throws {
         let fix: Fix
