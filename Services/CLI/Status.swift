@@ -19,25 +19,25 @@ struct Status: AsyncParsableCommand {
         let config = try loadConfig(options)
         let bus = BusClient(config: config, name: "status")
         let wait = Duration.milliseconds(Int(timeout * 1000))
-        let replies = await withTaskGroup(of: (ServiceName, Result<HealthReply, any Error>).self) { group in
-            for service in ServiceName.allCases {
-                group.addTask {
-                    do {
-                        return (service, .success(try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: wait)))
-                    } catch {
-                        return (service, .failure(error))
-                    }
+        let services = ServiceName.allCases
+        // Each service is asked in a task of its own; the answers come back in order.
+        var tasks: [Task<Result<HealthReply, any Error>, Never>] = []
+        for service in services {
+            tasks.append(Task {
+                do {
+                    return .success(try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: wait))
+                } catch {
+                    return .failure(error)
                 }
-            }
-            var replies: [ServiceName: Result<HealthReply, any Error>] = [:]
-            for await (service, reply) in group { replies[service] = reply }
-            return replies
+            })
         }
+        var replies: [Result<HealthReply, any Error>] = []
+        for task in tasks { replies.append(await task.value) }
         await bus.shutdown()
 
         var healthy = true
-        let rows: [[String]] = ServiceName.allCases.map { service in
-            switch replies[service]! {
+        let rows: [[String]] = zip(services, replies).map { service, reply in
+            switch reply {
             case .success(let health):
                 if health.status != "ok" { healthy = false }
                 let seqs = health.lastSeq.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: " ")
