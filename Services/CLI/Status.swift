@@ -20,7 +20,9 @@ struct Status: AsyncParsableCommand {
         let bus = BusClient(config: config, name: "status")
         let wait = Duration.milliseconds(Int(timeout * 1000))
         let services = ServiceName.allCases
-        // Each service is asked in a task of its own; the answers come back in order.
+        // Each service is asked in a task of its own; the answers come back in order. Not a task
+        // group returning `(service, try await …)`: Swift 6.3.1 at -O loses the captured value
+        // across the suspension in that shape (every answer came back as `bus`).
         var tasks: [Task<Result<HealthReply, any Error>, Never>] = []
         for service in services {
             tasks.append(Task {
