@@ -1,4 +1,5 @@
 import DrivebusSchema
+import Foundation
 import ScorerCore
 import TripsCore
 
@@ -54,5 +55,49 @@ extension ScorerOutput {
         case .event(let event): try? DerivedEvent(type: type, device: device, id: eventID, payload: event)
         case .scored(let scored): try? DerivedEvent(type: type, device: device, id: eventID, payload: scored)
         }
+    }
+}
+
+/// The trips segmenter and the scorer fed the same journal, as the scorer and stats both run
+/// them: trip boundaries and ids come out identical to the trips service's without waiting on
+/// its messages.
+public struct DriveDerivations: Codable, Sendable {
+    public var segmenter: TripSegmenter
+    public var scorer: DriveScorer
+
+    public init(trips: TripsConfiguration, scorer: ScorerConfiguration) {
+        segmenter = TripSegmenter(configuration: trips)
+        self.scorer = DriveScorer(configuration: scorer)
+    }
+
+    /// The trip events and the score events one journal message causes.
+    public mutating func handle(_ message: JournalMessage, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+        var scored: [ScorerOutput] = []
+        var tripsInput: TripsInput?
+        switch message.type {
+        case "fix":
+            // Decoded once for both cores.
+            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return ([], []) }
+            scored += scorer.handle(.fix(fix))
+            tripsInput = .fix(fix)
+        case "session.started":
+            if let session = try? BusJSON.decode(SessionStarted.self, from: message.payload) { scored += scorer.handle(.sessionStarted(session)) }
+        case "session.stopped":
+            if let session = try? BusJSON.decode(SessionStopped.self, from: message.payload) { scored += scorer.handle(.sessionStopped(session)) }
+        default:
+            tripsInput = TripsInput(message)
+        }
+        guard let tripsInput else { return ([], scored.compactMap(\.derived)) }
+        return feed(segmenter.handle(tripsInput, arrivedAt: arrivedAt), scored)
+    }
+
+    public mutating func tick(_ now: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+        feed(segmenter.handle(.tick(now: now)), [])
+    }
+
+    private mutating func feed(_ outputs: [TripsOutput], _ scored: [ScorerOutput]) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+        var scored = scored
+        for trip in outputs.compactMap(\.scorerInput) { scored += scorer.handle(trip) }
+        return (outputs.compactMap(\.derived), scored.compactMap(\.derived))
     }
 }

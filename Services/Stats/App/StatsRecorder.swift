@@ -1,43 +1,14 @@
 import DrivebusKit
 import Foundation
 import Logging
-import ScorerCore
 import ServiceLifecycle
 import StatsCore
 import Synchronization
-import TripsCore
 
-/// What stats derives itself from the journal: trips and scores, with the same segmenter and
-/// scorer (and config) the trips and scorer services run, so the database holds every trip and
-/// score even if stats was down when they were published. Same inputs, same ids: the copies
-/// that arrive over the bus are deduplicated away.
-struct StatsDerivations: Codable, Sendable {
-    var segmenter: TripSegmenter
-    var scorer: DriveScorer
-
-    mutating func handle(_ message: JournalMessage) -> [DerivedEvent] {
-        var events: [DerivedEvent] = []
-        var scored: [ScorerOutput] = []
-        var tripsInput: TripsInput?
-        switch message.type {
-        case "fix":
-            // Decoded once for both cores: this is the hot path of storing.
-            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
-            scored += scorer.handle(.fix(fix))
-            tripsInput = .fix(fix)
-        case "session.started": if let session = try? BusJSON.decode(SessionStarted.self, from: message.payload) { scored += scorer.handle(.sessionStarted(session)) }
-        case "session.stopped": if let session = try? BusJSON.decode(SessionStopped.self, from: message.payload) { scored += scorer.handle(.sessionStopped(session)) }
-        default: tripsInput = TripsInput(message)
-        }
-        if let tripsInput {
-            for output in segmenter.handle(tripsInput, arrivedAt: Date()) {
-                if let event = output.derived { events.append(event) }
-                if let trip = output.scorerInput { scored += scorer.handle(trip) }
-            }
-        }
-        return events + scored.compactMap(\.derived)
-    }
-}
+/// Stats derives trips and scores itself from the journal (`DriveDerivations`), so the database
+/// holds every trip and score even if stats was down when they were published. Same inputs, same
+/// ids: the copies that arrive over the bus are deduplicated away.
+typealias StatsDerivations = DriveDerivations
 
 /// Stores everything on the bus. Journal messages are stored exactly once and in order,
 /// recovered by replay like every other consumer; the database is its own checkpoint (the last
@@ -55,8 +26,7 @@ final class StatsRecorder: Service, Sendable {
         self.context = context
         self.store = store
         self.metrics = metrics
-        derivations = Mutex(StatsDerivations(
-            segmenter: TripSegmenter(configuration: context.config.trips), scorer: DriveScorer(configuration: context.config.scorer)))
+        derivations = Mutex(DriveDerivations(trips: context.config.trips, scorer: context.config.scorer))
     }
 
     var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
@@ -119,7 +89,10 @@ final class StatsRecorder: Service, Sendable {
 
     /// The stored form of a journal message, plus what stats derives from it. Advances `seq`.
     private func record(_ message: JournalMessage, time: Date) -> [StoredEvent] {
-        let derived = derivations.withLock { $0.handle(message) }
+        let derived = derivations.withLock { derivations in
+            let (trips, scores) = derivations.handle(message, arrivedAt: Date())
+            return trips + scores
+        }
         seq.store(message.seq, ordering: .relaxed)
         let device = message.topic.split(separator: ".").last.map(String.init)
         return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: device, source: "ingest", time: time, payload: message.payload)]
