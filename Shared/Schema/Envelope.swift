@@ -114,6 +114,14 @@ public struct BusMessage: Sendable {
         self.init(topic: String(decoding: frames[0], as: UTF8.self), header: header, payload: frames[2])
     }
 
+    public func decode<T: Decodable & FastJSONDecodable>(_ type: T.Type) throws(EnvelopeError) -> T {
+        do {
+            return try BusJSON.decode(type, from: payload)
+        } catch {
+            throw .payload("\(topic): \(error)")
+        }
+    }
+
     public func decode<T: Decodable>(_ type: T.Type) throws(EnvelopeError) -> T {
         do {
             return try BusJSON.decode(type, from: payload)
@@ -138,10 +146,17 @@ public enum Topic {
 
     /// Event types are dot-separated lowercase words: `fix`, `trip.ended`, `svc.heartbeat`.
     public static func isValidType(_ type: String) -> Bool {
-        !type.isEmpty && type.utf8.count <= 64
-            && type.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { part in
-                !part.isEmpty && part.utf8.allSatisfy { (0x61...0x7A).contains($0) || $0 == UInt8(ascii: "_") }
+        guard type.utf8.count <= 64 else { return false }
+        var previous = UInt8(ascii: ".")  // so that a leading dot is an empty part
+        for byte in type.utf8 {
+            if byte == UInt8(ascii: ".") {
+                if previous == UInt8(ascii: ".") { return false }
+            } else if !((0x61...0x7A).contains(byte) || byte == UInt8(ascii: "_")) {
+                return false
             }
+            previous = byte
+        }
+        return previous != UInt8(ascii: ".")  // also refuses the empty type
     }
 }
 

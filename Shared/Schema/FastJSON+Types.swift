@@ -3,7 +3,7 @@ import Foundation
 extension EnvelopeHeader: FastJSONDecodable {
     public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
         var v: Int?, id: String?, type: String?, source: String?, seq: UInt64?, epoch: String?, time: Date?
-        try reader.readObject { (reader: inout JSONReader, key: String) throws(JSONReader.Failure) in
+        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
             case "v": v = try reader.readInt()
             case "id": id = try reader.readString()
@@ -48,7 +48,7 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
         var seq: UInt64?, device: String?, time: Date?, lat: Double?, lon: Double?, source: FixSource?
         var accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, battery: Double?
         var meta: [String: String]?
-        try reader.readObject { (reader: inout JSONReader, key: String) throws(JSONReader.Failure) in
+        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             if reader.readNull() { return }
             switch key {
             case "seq": seq = try reader.readUInt64()

@@ -124,6 +124,53 @@ public struct JSONWriter {
     }
 }
 
+/// An object key as written in the document, matched against literals without making a `String`.
+/// Keys of up to 16 bytes (every key of ours) are packed into two words; longer ones keep their text.
+public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
+    private let count: Int
+    private let low: UInt64
+    private let high: UInt64
+    private let long: String?
+
+    init(_ bytes: UnsafeBufferPointer<UInt8>) {
+        count = bytes.count
+        if bytes.count <= 16 {
+            (low, high) = Self.pack(bytes)
+            long = nil
+        } else {
+            (low, high) = (0, 0)
+            long = String(decoding: bytes, as: UTF8.self)
+        }
+    }
+
+    init(_ text: String) {
+        var text = text
+        self = text.withUTF8 { Self($0) }
+    }
+
+    private static func pack(_ bytes: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64) {
+        var low: UInt64 = 0, high: UInt64 = 0
+        for (offset, byte) in bytes.enumerated() {
+            if offset < 8 { low |= UInt64(byte) << (offset * 8) } else { high |= UInt64(byte) << ((offset - 8) * 8) }
+        }
+        return (low, high)
+    }
+
+    public var description: String {
+        if let long { return long }
+        var packed = (low, high)
+        return withUnsafeBytes(of: &packed) { raw in String(decoding: raw.prefix(count), as: UTF8.self) }
+    }
+
+    /// Lets `switch key { case "lat": … }` compare bytes: a length check, then two words.
+    public static func ~= (pattern: StaticString, key: JSONKey) -> Bool {
+        guard pattern.utf8CodeUnitCount == key.count else { return false }
+        let literal = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
+        if let long = key.long { return long.utf8.elementsEqual(literal) }
+        return pack(literal) == (key.low, key.high)
+    }
+}
+
 /// A pull parser over one JSON document.
 public struct JSONReader {
     public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
@@ -134,27 +181,30 @@ public struct JSONReader {
 
     private let bytes: [UInt8]
     private var index = 0
-    /// The field being read, for error messages.
-    public private(set) var currentKey: String?
+    /// The key whose value is being read; a `String` is made from it only for an error message.
+    private var currentField: JSONKey?
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
+
+    /// The field being read, for error messages.
+    public var currentKey: String? { currentField?.description }
 
     public func failure(_ reason: String) -> Failure { Failure(field: currentKey, reason: reason) }
 
     /// Reads an object, calling `field` for each key with the reader positioned at its value,
     /// which `field` must read or skip.
-    public mutating func readObject(_ field: (inout JSONReader, String) throws(Failure) -> Void) throws(Failure) {
+    public mutating func readObject(_ field: (inout JSONReader, JSONKey) throws(Failure) -> Void) throws(Failure) {
         try expect(UInt8(ascii: "{"))
         skipSpace()
         if peek() == UInt8(ascii: "}") { index += 1; return }
         while true {
             skipSpace()
-            let key = try readString()
+            let key = try readKey()
             try expect(UInt8(ascii: ":"))
-            let outer = currentKey
-            currentKey = key
+            let outer = currentField
+            currentField = key
             try field(&self, key)
-            currentKey = outer
+            currentField = outer
             skipSpace()
             guard index < bytes.count else { throw failure("unterminated object") }
             let next = bytes[index]
@@ -174,18 +224,28 @@ public struct JSONReader {
     }
 
     public mutating func readString() throws(Failure) -> String {
+        let (start, end, plain) = try scanString()
+        if plain { return String(decoding: bytes[start..<end], as: UTF8.self) }
+        return try unescape(start, end)
+    }
+
+    private mutating func readKey() throws(Failure) -> JSONKey {
+        let (start, end, plain) = try scanString()
+        guard plain else { return JSONKey(try unescape(start, end)) }
+        return bytes.withUnsafeBufferPointer { JSONKey(UnsafeBufferPointer(rebasing: $0[start..<end])) }
+    }
+
+    /// Reads past the string that comes next: its contents are `start..<end`, and `plain` says
+    /// whether they hold no escapes.
+    private mutating func scanString() throws(Failure) -> (start: Int, end: Int, plain: Bool) {
         try expect(UInt8(ascii: "\""))
         let start = index
         var plain = true
         while index < bytes.count {
             let byte = bytes[index]
             if byte == UInt8(ascii: "\"") {
-                defer { index += 1 }
-                if plain { return String(decoding: bytes[start..<index], as: UTF8.self) }
-                // Rare: let Foundation handle escapes, including surrogate pairs.
-                let quoted = Data(bytes[(start - 1)...index])
-                guard let text = try? JSONDecoder().decode(String.self, from: quoted) else { throw failure("invalid string escape") }
-                return text
+                index += 1
+                return (start, index - 1, plain)
             }
             if byte == UInt8(ascii: "\\") {
                 plain = false
@@ -198,6 +258,14 @@ public struct JSONReader {
         throw failure("unterminated string")
     }
 
+    /// Rare: let Foundation handle escapes, including surrogate pairs.
+    private func unescape(_ start: Int, _ end: Int) throws(Failure) -> String {
+        guard let text = try? JSONDecoder().decode(String.self, from: Data(bytes[(start - 1)...end])) else {
+            throw failure("invalid string escape")
+        }
+        return text
+    }
+
     public mutating func readDouble() throws(Failure) -> Double {
         skipSpace()
         let start = index
@@ -207,6 +275,7 @@ public struct JSONReader {
         guard Self.isJSONNumber(bytes[start..<end]) else {
             throw failure("invalid number \(String(decoding: bytes[start..<end], as: UTF8.self))")
         }
+        if let exact = Self.exactDecimal(bytes[start..<end]) { return exact }
         let value: Double? = bytes.withUnsafeBufferPointer { buffer in
             // strtod stops at the first byte that is not part of the number, and the byte after
             // the number is inside the buffer unless the document is a bare number.
@@ -222,13 +291,47 @@ public struct JSONReader {
         return value
     }
 
+    /// Clinger's fast path for the numbers phones send (`48.2082123`, `-3.5`, `180`): when the
+    /// digits fit in 53 bits and there are at most 22 decimals, one exact division by an exact
+    /// power of ten gives the correctly rounded result, the same as `strtod`. Anything else
+    /// (exponents, long mantissas) returns nil and goes to `strtod`.
+    private static func exactDecimal(_ text: ArraySlice<UInt8>) -> Double? {
+        var mantissa: UInt64 = 0
+        var decimals = -1
+        var negative = false
+        for byte in text {
+            switch byte {
+            case UInt8(ascii: "-"): negative = true
+            case UInt8(ascii: "."): decimals = 0
+            case UInt8(ascii: "0")...UInt8(ascii: "9"):
+                mantissa = mantissa &* 10 &+ UInt64(byte &- UInt8(ascii: "0"))
+                guard mantissa < 1 << 53 else { return nil }
+                if decimals >= 0 { decimals += 1 }
+            default: return nil  // an exponent
+            }
+        }
+        guard decimals <= 22 else { return nil }
+        let magnitude = decimals > 0 ? Double(mantissa) / powersOfTen[decimals] : Double(mantissa)
+        return negative ? -magnitude : magnitude
+    }
+
+    private static let powersOfTen: [Double] = (0...22).map { exponent in
+        (0..<exponent).reduce(1.0) { value, _ in value * 10 }  // exact: 10^22 < 2^53 · 2^22
+    }
+
     public mutating func readUInt64() throws(Failure) -> UInt64 {
         skipSpace()
         let start = index
-        while index < bytes.count, (48...57).contains(bytes[index]) { index += 1 }
-        guard index > start, let value = UInt64(String(decoding: bytes[start..<index], as: UTF8.self)) else {
-            throw failure("expected a non-negative integer")
+        var value: UInt64 = 0
+        var overflow = false
+        while index < bytes.count, (48...57).contains(bytes[index]) {
+            let (times10, o1) = value.multipliedReportingOverflow(by: 10)
+            let (sum, o2) = times10.addingReportingOverflow(UInt64(bytes[index] - 48))
+            overflow = overflow || o1 || o2
+            value = sum
+            index += 1
         }
+        guard index > start, !overflow else { throw failure("expected a non-negative integer") }
         if index < bytes.count, Self.isNumberByte(bytes[index]) { throw failure("expected an integer") }
         return value
     }
@@ -244,17 +347,19 @@ public struct JSONReader {
 
     public mutating func readDate() throws(Failure) -> Date {
         skipSpace()
-        let start = index + 1
-        let text = try readString()
+        let (start, end, plain) = try scanString()
         // Plain timestamps are parsed straight from the buffer.
-        let date = index - 1 - start == text.utf8.count ? RFC3339.parse(utf8: bytes[start..<(index - 1)]) : RFC3339.parse(text)
-        guard let date else { throw failure("expected an RFC 3339 time, got \"\(text)\"") }
+        let date = plain ? RFC3339.parse(utf8: bytes[start..<end]) : RFC3339.parse(try unescape(start, end))
+        guard let date else {
+            let text = plain ? String(decoding: bytes[start..<end], as: UTF8.self) : (try? unescape(start, end)) ?? ""
+            throw failure("expected an RFC 3339 time, got \"\(text)\"")
+        }
         return date
     }
 
     public mutating func readStringMap() throws(Failure) -> [String: String] {
         var map: [String: String] = [:]
-        try readObject { (reader: inout JSONReader, key: String) throws(Failure) in map[key] = try reader.readString() }
+        try readObject { (reader: inout JSONReader, key: JSONKey) throws(Failure) in map[key.description] = try reader.readString() }
         return map
     }
 
@@ -266,7 +371,7 @@ public struct JSONReader {
         guard index < bytes.count else { throw failure("unexpected end") }
         switch bytes[index] {
         case UInt8(ascii: "\""): _ = try readString()
-        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: String) throws(Failure) in try reader.skipValue(depth: depth + 1) }
+        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: JSONKey) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
@@ -380,8 +485,8 @@ extension JSONReader {
         switch peekNonSpace() {
         case UInt8(ascii: "{"):
             var object: [String: JSONValue] = [:]
-            try readObject { (reader: inout JSONReader, key: String) throws(Failure) in
-                object[key] = try reader.readValue(depth: depth + 1)
+            try readObject { (reader: inout JSONReader, key: JSONKey) throws(Failure) in
+                object[key.description] = try reader.readValue(depth: depth + 1)
             }
             return .object(object)
         case UInt8(ascii: "["):

@@ -41,6 +41,21 @@ public enum BusJSON {
         return Array(try sharedEncoder.encode(value))
     }
 
+    /// The hand-written types, dispatched statically: no existential box or dynamic cast per
+    /// message on the hot path.
+    public static func encode<T: Encodable & FastJSONEncodable>(_ value: T) -> [UInt8] {
+        var writer = JSONWriter()
+        value.writeJSON(to: &writer)
+        return writer.bytes
+    }
+
+    public static func decode<T: Decodable & FastJSONDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(JSONReader.Failure) -> T {
+        var reader = JSONReader(bytes)
+        let value = try T(reading: &reader)
+        try reader.finish()
+        return value
+    }
+
     public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
         if let fast = type as? any FastJSONDecodable.Type {
             var reader = JSONReader(bytes)

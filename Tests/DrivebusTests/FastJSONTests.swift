@@ -57,6 +57,60 @@ import Testing
         }
     }
 
+    /// The exact-decimal fast path must give what `strtod` gives, bit for bit, on the shapes
+    /// phones send and on the edges of the path (16–17 digit mantissas, 22 decimals, -0).
+    @Test func numbersReadExactlyAsStrtodReadsThem() throws {
+        var generator = SystemRandomNumberGenerator()
+        var texts = ["0", "-0", "-0.0", "0.1", "0.3", "48.2082123", "-122.030581", "9007199254740991", "9007199254740993",
+                     "1.7976931348623157", "0.0000000000000000000001", "1.0000000000000000000001", "123456789012345678901234",
+                     "2.5e-3", "1E2", "-1.5E+10", "4.9406564584124654e-324", "0.30000000000000004"]
+        for _ in 0..<20_000 {
+            let digits = Int.random(in: 1...18, using: &generator)
+            var text = String(UInt64.random(in: 0..<UInt64(pow(10, Double(digits))), using: &generator))
+            let point = Int.random(in: 0...text.count, using: &generator)
+            if point < text.count { text.insert(".", at: text.index(text.startIndex, offsetBy: point)) }
+            if text.hasPrefix(".") { text = "0" + text }
+            if Bool.random(using: &generator) { text = "-" + text }
+            texts.append(text)
+        }
+        for text in texts {
+            var reader = JSONReader(Array("[\(text)]".utf8))
+            var read: Double?
+            try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in read = try reader.readDouble() }
+            let expected = strtod(text, nil)
+            #expect(read?.bitPattern == expected.bitPattern, "\(text): \(String(describing: read)) != \(expected)")
+        }
+    }
+
+    @Test func keysMatchWhateverTheirLengthOrSpelling() throws {
+        let json = #"{"lat":1,"lon":2,"source":"api","d\u0065vice":"car","a_key_longer_than_sixteen":{"tim":1},"time":"2025-01-02T03:04:05Z"}"#
+        let fix = try BusJSON.decode(Fix.self, from: Array(json.utf8))
+        #expect(fix.device == "car")
+        var reader = JSONReader(Array(json.utf8))
+        var keys: [String] = []
+        var long = false
+        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+            keys.append(key.description)
+            switch key {
+            case "a_key_longer_than_sixteen": long = true
+            case "a_key_longer_than_sixteeN", "a_key_longer_than_sixtee", "lo", "lonn": Issue.record("\(key) matched a different literal")
+            default: break
+            }
+            try reader.skipValue()
+        }
+        #expect(keys == ["lat", "lon", "source", "device", "a_key_longer_than_sixteen", "time"])
+        #expect(long)
+    }
+
+    @Test(arguments: [
+        ("18446744073709551615", UInt64?.some(.max)), ("18446744073709551616", nil), ("99999999999999999999", nil),
+        ("0", 0), ("1.0", nil), ("-1", nil), ("1e3", nil),
+    ])
+    func unsignedIntegersAreExactAndOverflowIsAnError(_ text: String, _ expected: UInt64?) {
+        var reader = JSONReader(Array(text.utf8))
+        #expect((try? reader.readUInt64()) == expected)
+    }
+
     @Test func eventIDsAreVersion8UUIDsUniquePerSeq() {
         let id = EventID.make(run: 0x0123_4567_89ab_cdef, seq: 1)
         #expect(id == "01234567-89ab-8def-8000-000000000001")

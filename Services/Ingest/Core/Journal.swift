@@ -388,7 +388,7 @@ public struct JournalRecord: Sendable {
         switch kind {
         case .fix(var fix):
             fix.seq = seq
-            return try! BusJSON.encode(fix)
+            return BusJSON.encode(fix)
         case .motion(var sample):
             sample.seq = seq
             return try! BusJSON.encode(sample)

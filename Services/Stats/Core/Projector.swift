@@ -317,8 +317,8 @@ struct FixRow {
         let fix: Fix
         do {
             fix = try BusJSON.decode(Fix.self, from: bytes)
-        } catch let failure as JSONReader.Failure {
-            throw Projector.Rejection(field: failure.field ?? "payload", reason: failure.reason)
+        } catch {
+            throw Projector.Rejection(field: error.field ?? "payload", reason: error.reason)
         }
         let device = fix.device.isEmpty ? (fallbackDevice ?? "") : fix.device
         guard !device.isEmpty else { throw Projector.Rejection(field: "device", reason: "is required") }
