@@ -24,6 +24,35 @@ public final class BusClient: Sendable {
         return Publisher(source: source, loop: loop, socket: socket)
     }
 
+    /// Waits until the broker has handed `publisher` the subscriptions it holds, and says whether
+    /// that happened within `timeout`.
+    ///
+    /// A PUB that has just connected drops what it publishes until then, so a service that
+    /// publishes at once on start (the events a crash recovery re-derives) could lose them. This
+    /// publishes probes on a topic of the publisher's own until one comes back through the broker.
+    /// The broker sends the subscriptions it already holds first, on the same pipe, so every
+    /// subscriber's prefixes have arrived by the time a probe returns.
+    public func waitForRoute(_ publisher: Publisher, within timeout: Duration = .seconds(5)) async -> Bool {
+        guard let probes = try? await subscribe(["svc.probe.\(publisher.source)"]) else { return false }
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                for await _ in probes { return true }
+                return false
+            }
+            group.addTask {
+                let deadline = ContinuousClock.now + timeout
+                while ContinuousClock.now < deadline {
+                    _ = try? publisher.publish("svc.probe", device: publisher.source, payload: RPCEmpty())
+                    guard (try? await Task.sleep(for: .milliseconds(10))) != nil else { break }
+                }
+                return false
+            }
+            let routed = await group.next() ?? false
+            group.cancelAll()
+            return routed
+        }
+    }
+
     /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
     /// not a valid envelope are skipped and counted; they never reach the consumer.
     public func subscribe(_ prefixes: [String]) async throws -> BusSubscription {
@@ -72,6 +101,12 @@ public struct BusSubscription: AsyncSequence, Sendable {
     }
 
     public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(batches: batches.makeAsyncIterator()) }
+
+    /// The same messages, in the groups the I/O thread received them together: what one upload
+    /// published usually arrives as one group.
+    public var groups: AsyncMapSequence<AsyncStream<[ZMQMessage]>, [BusMessage]> {
+        batches.map { batch in batch.compactMap { try? BusMessage(frames: $0) } }
+    }
 }
 
 /// Publishes envelopes with a `seq` that counts up with no gaps for this process's epoch.
@@ -128,6 +163,12 @@ public final class Publisher: Sendable {
             throw PublishError.encoding(String(describing: error))
         }
         return try publish(type, device: device, payloadJSON: bytes, id: id, time: time)
+    }
+
+    /// The hand-written types (fixes, motion) encode without a dynamic cast.
+    @discardableResult
+    public func publish(_ type: String, device: String? = nil, payload: some Encodable & FastJSONEncodable, id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+        try publish(type, device: device, payloadJSON: BusJSON.encode(payload), id: id, time: time)
     }
 
     @discardableResult

@@ -74,6 +74,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let seq = Atomic<UInt64>(0)
     private let replayed = Atomic<Int>(0)
     private let caughtUp = Atomic<Bool>(false)
+    /// Set while a replay or a received group of messages is being applied. Ticks wait then: the
+    /// wall clock must not decide between messages that belong together, such as the samples of
+    /// one upload or a backlog being replayed, when the newest of them is not yet applied.
+    private let replaying = Atomic<Bool>(false)
+    private let applyingGroup = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
@@ -114,45 +119,59 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         // Subscribe first, so that nothing published during the catch-up is missed. Ingest's
         // heartbeat comes along: it proves the subscription reaches ingest, and it carries the
         // journal's last seq, which reveals a message lost at the tail of the stream.
-        var messages = try await context.bus.subscribe(JournalTopics.prefixes + ["svc.heartbeat.ingest"])
-            .cancelOnGracefulShutdown().makeAsyncIterator()
+        var groups = try await context.bus.subscribe(JournalTopics.prefixes + ["svc.heartbeat.ingest"])
+            .groups.cancelOnGracefulShutdown().makeAsyncIterator()
         try await catchUp(to: nil)
         var claimed: UInt64 = 0
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { await self.periodic(self.tickInterval) { self.process(self.state.withLock { self.tick(&$0.core, Date()) }) } }
+            group.addTask { await self.periodic(self.tickInterval) { self.tickUnlessHeld() } }
             group.addTask { await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
-            while let message = try await messages.next() {
-                if message.topic == "svc.heartbeat.ingest" {
-                    guard let journal = (try? message.decode(Heartbeat.self))?.lastSeq["journal"] else { continue }
-                    // A seq an earlier heartbeat claimed and that has still not arrived was lost:
-                    // everything before this heartbeat has passed through the same queue.
-                    if claimed > lastSeq {
-                        context.logger.notice("journal messages lost at the tail: replaying", metadata: ["from": "\(lastSeq + 1)", "to": "\(claimed)"])
-                        try await catchUp(to: claimed)
+            while let messages = try await groups.next() {
+                applyingGroup.store(true, ordering: .relaxed)
+                defer { applyingGroup.store(false, ordering: .relaxed) }
+                for message in messages {
+                    if message.topic == "svc.heartbeat.ingest" {
+                        guard let journal = (try? message.decode(Heartbeat.self))?.lastSeq["journal"] else { continue }
+                        // A seq an earlier heartbeat claimed and that has still not arrived was lost:
+                        // everything before this heartbeat has passed through the same queue.
+                        if claimed > lastSeq {
+                            context.logger.notice("journal messages lost at the tail: replaying", metadata: ["from": "\(lastSeq + 1)", "to": "\(claimed)"])
+                            try await catchUp(to: claimed)
+                        }
+                        claimed = journal
+                        if !isLive {
+                            try await catchUp(to: journal)
+                            caughtUp.store(true, ordering: .relaxed)
+                        }
+                        continue
                     }
-                    claimed = journal
-                    if !isLive {
-                        try await catchUp(to: journal)
-                        caughtUp.store(true, ordering: .relaxed)
+                    // Only ingest writes the journal; anything else on these topics is not journal data.
+                    guard message.header.source == "ingest", let seq = Self.journalSeq(message) else { continue }
+                    let last = lastSeq
+                    if seq <= last { continue }
+                    if seq > last + 1 {
+                        context.logger.notice("journal gap: replaying", metadata: ["from": "\(last + 1)", "to": "\(seq - 1)"])
+                        try await catchUp(to: seq - 1)
+                        // An unfinished replay (shutdown, ingest away) leaves the gap open: the message
+                        // must wait, or the seqs before it would be skipped for good.
+                        guard lastSeq == seq - 1 else { continue }
                     }
-                    continue
+                    apply(JournalMessage(seq: seq, topic: message.topic, payload: message.payload), live: true)
                 }
-                // Only ingest writes the journal; anything else on these topics is not journal data.
-                guard message.header.source == "ingest", let seq = Self.journalSeq(message) else { continue }
-                let last = lastSeq
-                if seq <= last { continue }
-                if seq > last + 1 {
-                    context.logger.notice("journal gap: replaying", metadata: ["from": "\(last + 1)", "to": "\(seq - 1)"])
-                    try await catchUp(to: seq - 1)
-                    // An unfinished replay (shutdown, ingest away) leaves the gap open: the message
-                    // must wait, or the seqs before it would be skipped for good.
-                    guard lastSeq == seq - 1 else { continue }
-                }
-                apply(JournalMessage(seq: seq, topic: message.topic, payload: message.payload), live: true)
             }
             group.cancelAll()
         }
         await flushCheckpoints()
+    }
+
+    private func tickUnlessHeld() {
+        // Checked under the state lock: a group's flag is set before its first message takes the
+        // lock, so a tick either comes before the whole group or waits. A held tick is not lost;
+        // the next one, a second later, decides the same.
+        process(state.withLock { checkpoint in
+            guard !replaying.load(ordering: .relaxed), !applyingGroup.load(ordering: .relaxed) else { return [] }
+            return tick(&checkpoint.core, Date())
+        })
     }
 
     private func apply(_ message: JournalMessage, live: Bool) {
@@ -183,6 +202,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     /// Replays from ingest until `target` (or the journal's end) has been applied.
     private func catchUp(to target: UInt64?) async throws {
+        replaying.store(true, ordering: .relaxed)
+        defer { replaying.store(false, ordering: .relaxed) }
         var attempt = 0
         while !Task.isShuttingDownGracefully {
             let from = lastSeq + 1
