@@ -266,57 +266,79 @@ public struct JSONReader {
         return text
     }
 
+    /// One pass validates the JSON number grammar and gathers the digits. Clinger's fast path
+    /// then covers the numbers phones send (`48.2082123`, `-3.5`, `180`): when the digits fit in
+    /// 53 bits and there are at most 22 decimals, one division of two exact doubles is correctly
+    /// rounded, so it equals `strtod`. Exponents and long mantissas go to `strtod`.
     public mutating func readDouble() throws(Failure) -> Double {
         skipSpace()
         let start = index
-        while index < bytes.count, Self.isNumberByte(bytes[index]) { index += 1 }
-        guard index > start else { throw failure("expected a number") }
-        let end = index
-        guard Self.isJSONNumber(bytes[start..<end]) else {
+        var position = index
+        var negative = false
+        var mantissa: UInt64 = 0
+        var exact = true
+        var decimals = 0
+        func digit(at position: Int) -> UInt64? {
+            guard position < bytes.count else { return nil }
+            let value = bytes[position] &- UInt8(ascii: "0")
+            return value < 10 ? UInt64(value) : nil
+        }
+        func gather(_ value: UInt64) {
+            guard exact else { return }
+            mantissa = mantissa &* 10 &+ value
+            if mantissa >= 1 << 53 { exact = false }
+        }
+        if position < bytes.count, bytes[position] == UInt8(ascii: "-") {
+            negative = true
+            position += 1
+        }
+        let integerStart = position
+        while let value = digit(at: position) { gather(value); position += 1 }
+        var valid = position > integerStart && !(position - integerStart > 1 && bytes[integerStart] == UInt8(ascii: "0"))
+        if valid, position < bytes.count, bytes[position] == UInt8(ascii: ".") {
+            position += 1
+            let fractionStart = position
+            while let value = digit(at: position) { gather(value); decimals += 1; position += 1 }
+            valid = position > fractionStart
+        }
+        if valid, position < bytes.count, bytes[position] == UInt8(ascii: "e") || bytes[position] == UInt8(ascii: "E") {
+            exact = false
+            position += 1
+            if position < bytes.count, bytes[position] == UInt8(ascii: "+") || bytes[position] == UInt8(ascii: "-") { position += 1 }
+            let exponentStart = position
+            while digit(at: position) != nil { position += 1 }
+            valid = position > exponentStart
+        }
+        // What follows must not continue the number: `1.2.3` and `1-2` are not numbers.
+        if position < bytes.count, Self.isNumberByte(bytes[position]) { valid = false }
+        guard valid else {
+            var end = start
+            while end < bytes.count, Self.isNumberByte(bytes[end]) { end += 1 }
+            if end == start { throw failure("expected a number") }
             throw failure("invalid number \(String(decoding: bytes[start..<end], as: UTF8.self))")
         }
-        if let exact = Self.exactDecimal(bytes[start..<end]) { return exact }
+        index = position
+        if exact, decimals <= 22 {
+            let magnitude = decimals > 0 ? Double(mantissa) / Self.powersOfTen[decimals] : Double(mantissa)
+            return negative ? -magnitude : magnitude
+        }
         let value: Double? = bytes.withUnsafeBufferPointer { buffer in
             // strtod stops at the first byte that is not part of the number, and the byte after
             // the number is inside the buffer unless the document is a bare number.
-            guard end < buffer.count else { return Double(String(decoding: buffer[start..<end], as: UTF8.self)) }
+            guard position < buffer.count else { return Double(String(decoding: buffer[start..<position], as: UTF8.self)) }
             var stop: UnsafeMutablePointer<CChar>?
             let base = UnsafeRawPointer(buffer.baseAddress! + start).assumingMemoryBound(to: CChar.self)
             let parsed = strtod(base, &stop)
-            return stop.map { UnsafeRawPointer($0) - UnsafeRawPointer(base) } == end - start ? parsed : nil
+            return stop.map { UnsafeRawPointer($0) - UnsafeRawPointer(base) } == position - start ? parsed : nil
         }
         guard let value, value.isFinite else {
-            throw failure("invalid number \(String(decoding: bytes[start..<end], as: UTF8.self))")
+            throw failure("invalid number \(String(decoding: bytes[start..<position], as: UTF8.self))")
         }
         return value
     }
 
-    /// Clinger's fast path for the numbers phones send (`48.2082123`, `-3.5`, `180`): when the
-    /// digits fit in 53 bits and there are at most 22 decimals, one exact division by an exact
-    /// power of ten gives the correctly rounded result, the same as `strtod`. Anything else
-    /// (exponents, long mantissas) returns nil and goes to `strtod`.
-    private static func exactDecimal(_ text: ArraySlice<UInt8>) -> Double? {
-        var mantissa: UInt64 = 0
-        var decimals = -1
-        var negative = false
-        for byte in text {
-            switch byte {
-            case UInt8(ascii: "-"): negative = true
-            case UInt8(ascii: "."): decimals = 0
-            case UInt8(ascii: "0")...UInt8(ascii: "9"):
-                mantissa = mantissa &* 10 &+ UInt64(byte &- UInt8(ascii: "0"))
-                guard mantissa < 1 << 53 else { return nil }
-                if decimals >= 0 { decimals += 1 }
-            default: return nil  // an exponent
-            }
-        }
-        guard decimals <= 22 else { return nil }
-        let magnitude = decimals > 0 ? Double(mantissa) / powersOfTen[decimals] : Double(mantissa)
-        return negative ? -magnitude : magnitude
-    }
-
     private static let powersOfTen: [Double] = (0...22).map { exponent in
-        (0..<exponent).reduce(1.0) { value, _ in value * 10 }  // exact: 10^22 < 2^53 · 2^22
+        (0..<exponent).reduce(1.0) { value, _ in value * 10 }  // each step exact: 10^22 = 2^22 · 5^22 < 2^53 · 2^22
     }
 
     public mutating func readUInt64() throws(Failure) -> UInt64 {
@@ -445,19 +467,6 @@ public struct JSONReader {
     private static func isNumberByte(_ byte: UInt8) -> Bool {
         (48...57).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "+") || byte == UInt8(ascii: ".")
             || byte == UInt8(ascii: "e") || byte == UInt8(ascii: "E")
-    }
-
-    /// Swift's `Double(String)` also takes forms JSON forbids (`+1`, `.5`, `1.`, hex, `inf`).
-    private static func isJSONNumber(_ text: ArraySlice<UInt8>) -> Bool {
-        var rest = text[...]
-        if rest.first == UInt8(ascii: "-") { rest = rest.dropFirst() }
-        guard let first = rest.first, (48...57).contains(first) else { return false }
-        if first == UInt8(ascii: "0"), rest.count > 1, (48...57).contains(rest[rest.startIndex + 1]) { return false }
-        if let dot = rest.firstIndex(of: UInt8(ascii: ".")) {
-            let after = rest.index(after: dot)
-            guard after < rest.endIndex, (48...57).contains(rest[after]) else { return false }
-        }
-        return true
     }
 }
 
