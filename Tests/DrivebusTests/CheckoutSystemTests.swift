@@ -22,14 +22,7 @@ import Testing
         var checkout = try Child("drivebus-checkout", ["--config", path])
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
         let client = BusClient(config: config, name: "test")
-        var events = try await client.subscribe(["taxi.checkout.", "svc.heartbeat.checkout"]).makeAsyncIterator()
-        while let message = await events.next(), message.topic != "svc.heartbeat.checkout" {}
-        func nextCheckout() async -> BusMessage? {
-            while let message = await events.next() {
-                if message.topic.hasPrefix("taxi.checkout.") { return message }
-            }
-            return nil
-        }
+        var events = try await joinedSubscription(client, ["taxi.checkout."], heartbeatsFrom: [.checkout])
 
         let checkin = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 - 3600)
         func at(_ seconds: Double) -> String { RFC3339.format(checkin.addingTimeInterval(seconds)) }
@@ -48,7 +41,7 @@ import Testing
         #expect(try await http("POST", base + "/api/v1/fixes", token: token, body: Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8)).status == 200)
         #expect(try await http("POST", base + "/api/v1/motion", token: token, body: Data(motion.utf8)).status == 200)
 
-        let message = try #require(await nextCheckout())
+        let message = try #require(await next(&events, of: client) { $0.topic.hasPrefix("taxi.checkout.") })
         #expect(message.topic == "taxi.checkout.rider")
         #expect(message.header.id == "taxi.checkout-rider-1")
         let payload = try message.decode(TaxiCheckout.self)
@@ -59,24 +52,28 @@ import Testing
         #expect(payload.rideS == 900)
 
         // Killed and restarted, the service replays from its checkpoint and publishes nothing new.
-        let later = try await client.subscribe(["taxi.checkout."])
-        let collector = Task {
-            var seen: [BusMessage] = []
-            for await message in later { seen.append(message) }
-            return seen
-        }
         checkout.signal(SIGKILL)
         _ = try await checkout.exitStatus()
         checkout = try Child("drivebus-checkout", ["--config", path])
+        try await waitUntilLive(.checkout, config: config)
         var restarted: HealthReply?
         _ = await eventually(within: .seconds(20)) {
             restarted = try? await client.call(.checkout, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300))
             return restarted?.lastSeq["journal"] == 17
         }
         #expect(restarted?.lastSeq["journal"] == 17)
+        // On `events`, joined before the restart: every check-out up to a heartbeat from the new
+        // process once live (so it has caught up and publishes), then up to one after a settle.
+        let restartedPID = checkout.pid
+        var seen: [BusMessage] = []
+        func keepCheckoutsUntilRestartedHeartbeat(_ message: BusMessage) -> Bool {
+            if message.topic.hasPrefix("taxi.checkout.") { seen.append(message) }
+            guard message.topic == "svc.heartbeat.checkout", let beat = try? message.decode(Heartbeat.self) else { return false }
+            return beat.pid == restartedPID && beat.status == "ok"
+        }
+        #expect(await next(&events, of: client, where: keepCheckoutsUntilRestartedHeartbeat) != nil)
         try await Task.sleep(for: .seconds(1.5))
-        collector.cancel()
-        let seen = await collector.value
+        #expect(await next(&events, of: client, where: keepCheckoutsUntilRestartedHeartbeat) != nil)
         #expect(seen.allSatisfy { $0.header.id == "taxi.checkout-rider-1" }, "a second, different check-out: \(seen.map(\.header.id))")
 
         await client.shutdown()

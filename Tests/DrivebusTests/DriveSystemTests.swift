@@ -50,32 +50,12 @@ import Testing
         }
     }
 
-    /// Collects messages under `prefixes` until `done` says so or the time is up.
-    func collect(_ client: BusClient, _ prefixes: [String], within timeout: Duration = .seconds(30), until done: @escaping @Sendable ([BusMessage]) -> Bool) async throws -> [BusMessage] {
-        let messages = try await client.subscribe(prefixes)
-        let collector = Task {
-            var seen: [BusMessage] = []
-            for await message in messages {
-                seen.append(message)
-                if done(seen) { break }
-            }
-            return seen
-        }
-        let timer = Task { try? await Task.sleep(for: timeout); collector.cancel() }
-        let seen = await collector.value
-        timer.cancel()
-        return seen
-    }
-
     @Test func theViennaDriveIsOneTripAndIsScored() async throws {
         let harness = try await Harness([.trips, .scorer])
         let client = BusClient(config: harness.config, name: "test")
         // The scorer segments the journal itself, so its score may come before or after trips'
         // `trip.ended`: wait for both.
-        async let seen = collect(client, ["trip.", "drive.scored."]) { messages in
-            messages.contains { $0.topic == "drive.scored.car" } && messages.contains { $0.topic == "trip.ended.car" }
-        }
-        try await Task.sleep(for: .milliseconds(300))
+        var events = try await joinedSubscription(client, ["trip.", "drive.scored."], heartbeatsFrom: [.trips, .scorer])
         // A driving-school mock test: the trip inside it carries the session.
         let started = try await http("POST", harness.base + "/api/v1/sessions/start", token: harness.token, body: Data(#"{"candidate":"Anna K.","instructor":"Marek"}"#.utf8))
         #expect(started.status == 200)
@@ -83,7 +63,9 @@ import Testing
         let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
         let imported = try await run("drivebus", ["import", "--config", harness.path, "--device", "car", gpx])
         #expect(imported.status == 0, "\(imported.stderr)")
-        let messages = try await seen
+        let messages = await collect(from: &events, of: client) { messages in
+            messages.contains { $0.topic == "drive.scored.car" } && messages.contains { $0.topic == "trip.ended.car" }
+        }
         let ended = messages.filter { $0.topic == "trip.ended.car" }
         #expect(ended.count == 1)
         let trip = try #require(try ended.first?.decode(TripEnded.self))
@@ -124,17 +106,16 @@ import Testing
 
         let client = BusClient(config: harness.config, name: "test")
         let expectedIDs = Set(expected.map(\.tripID))
-        async let seen = collect(client, ["trip.ended."]) { messages in
-            Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
-        }
-        try await Task.sleep(for: .milliseconds(300))
+        var events = try await joinedSubscription(client, ["trip.ended."], heartbeatsFrom: [.trips])
         try await harness.post(fixes[0..<200])
         try await harness.post(fixes[200..<450])
         // Killed in the middle of the stream, then restarted while the rest arrives.
         try await harness.restart(.trips)
         try await harness.post(fixes[450..<700])
         try await harness.post(fixes[700...])
-        let messages = try await seen
+        let messages = await collect(from: &events, of: client) { messages in
+            Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
+        }
         var byID: [String: TripEnded] = [:]
         for message in messages {
             let trip = try message.decode(TripEnded.self)

@@ -83,14 +83,13 @@ struct GateHarness {
         let receiver = try WebhookReceiver(statuses: [200])
         let harness = try await GateHarness(receiver: receiver)
         let client = BusClient(config: harness.config, name: "test")
-        var events = try await client.subscribe(["geofence.", "gate.", "svc.heartbeat.geofence"]).makeAsyncIterator()
-        while let message = await events.next(), message.topic != "svc.heartbeat.geofence" {}
+        var events = try await joinedSubscription(client, ["geofence.", "gate."], heartbeatsFrom: [.geofence])
 
         _ = try await harness.drive(to: (48.2, 16.37), from: 200, through: 0, endAgo: 2)
         #expect(await eventually(within: .seconds(10)) { receiver.received.count == 1 })
         var enter: GeofenceTransition?
         var fired: GateFired?
-        while fired == nil, let message = await events.next() {
+        while fired == nil, let message = await next(&events, of: client, where: { ["geofence.enter.car", "gate.fired.car"].contains($0.topic) }) {
             if message.topic == "geofence.enter.car" { enter = try message.decode(GeofenceTransition.self) }
             if message.topic == "gate.fired.car" { fired = try message.decode(GateFired.self) }
         }
@@ -111,11 +110,14 @@ struct GateHarness {
         _ = try await harness.drive(to: (48.2, 16.37), from: 300, through: 0, endAgo: 0)
         // A pass through another gate with fixes two hours old (an import): state, but no call.
         _ = try await harness.drive(to: (48.3, 16.37), from: 200, through: 200, endAgo: 7200, token: "van-token-0123456789")
-        var yard: GeofenceTransition?
-        while yard == nil, let message = await events.next() {
-            if message.topic == "geofence.enter.van" { yard = try message.decode(GeofenceTransition.self) }
-        }
+        let yard = try await next(&events, of: client) { $0.topic == "geofence.enter.van" }?.decode(GeofenceTransition.self)
         #expect(yard?.zone == "yard")
+        // Geofence has handled every fix (a heartbeat at ingest's journal head), then a settle
+        // for a stray second call.
+        let journal = try await client.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
+        #expect(await next(&events, of: client) {
+            $0.topic == "svc.heartbeat.geofence" && ((try? $0.decode(Heartbeat.self))?.lastSeq["journal"] ?? 0) >= journal
+        } != nil)
         try await Task.sleep(for: .seconds(1))
         #expect(receiver.received.count == 1)
         #expect(try await harness.outbox().count == 1)
@@ -129,7 +131,11 @@ struct GateHarness {
         let harness = try await GateHarness(receiver: receiver)
         _ = try await harness.drive(to: (48.2, 16.37), from: 200, through: 0, endAgo: 1)
         #expect(await eventually(within: .seconds(15)) { receiver.received.count == 3 })
-        try await Task.sleep(for: .seconds(2))
+        var outbox: [[String: Any]] = []
+        #expect(await eventually(within: .seconds(20)) {
+            outbox = (try? await harness.outbox()) ?? []
+            return outbox.first?["state"] as? String == "delivered"
+        })
         let calls = receiver.received
         #expect(calls.count == 3)
         #expect(Set(calls.compactMap { $0.headers["idempotency-key"] }).count == 1)
@@ -138,7 +144,6 @@ struct GateHarness {
             #expect(calls[1].at.timeIntervalSince(calls[0].at) >= 0.45)
             #expect(calls[2].at.timeIntervalSince(calls[1].at) >= 0.95)
         }
-        let outbox = try await harness.outbox()
         #expect(outbox.first?["state"] as? String == "delivered")
         #expect(outbox.first?["attempts"] as? Int == 3)
         try await harness.stop()
@@ -157,11 +162,14 @@ struct GateHarness {
         receiver.script([200])
         let restarted = try Child("drivebus-geofence", ["--config", harness.path])
         #expect(await eventually(within: .seconds(15)) { receiver.received.count == 2 })
-        try await Task.sleep(for: .seconds(2))
+        var outbox: [[String: Any]] = []
+        #expect(await eventually(within: .seconds(20)) {
+            outbox = (try? await harness.outbox()) ?? []
+            return outbox.first?["state"] as? String == "delivered"
+        })
         let calls = receiver.received
         #expect(calls.count == 2)
         #expect(calls.map { $0.headers["idempotency-key"] }.allSatisfy { $0 == calls[0].headers["idempotency-key"] })
-        let outbox = try await harness.outbox()
         #expect(outbox.count == 1 && outbox.first?["state"] as? String == "delivered")
         restarted.signal(SIGTERM)
         #expect(try await restarted.exitStatus() == 0)

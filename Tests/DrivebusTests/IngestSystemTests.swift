@@ -5,20 +5,6 @@ import FoundationNetworking
 #endif
 import Testing
 
-/// A port nobody listens on right now.
-func freePort() -> Int {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
-    address.sin_port = 0
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-    _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-    return Int(UInt16(bigEndian: address.sin_port))
-}
-
 func http(_ method: String, _ url: String, token: String? = nil, body: Data? = nil) async throws -> (status: Int, body: String) {
     var request = URLRequest(url: URL(string: url)!)
     request.httpMethod = method
@@ -73,10 +59,9 @@ struct ReplayReply: Decodable {
         var ingest = try Child("drivebus-ingest", ["--config", path])
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 }, "\(ingest.stderr)")
 
-        // Join the bus: once ingest's heartbeat arrives, its fixes will too.
+        // Join the bus: once ingest's heartbeat arrives, its fixes and import reports will too.
         let client = BusClient(config: config, name: "test")
-        var messages = try await client.subscribe(["fix.", "svc.heartbeat.ingest"]).makeAsyncIterator()
-        while let message = await messages.next(), message.topic != "svc.heartbeat.ingest" {}
+        var messages = try await joinedSubscription(client, ["fix.", "import.finished."], heartbeatsFrom: [.ingest])
 
         let overland = try JSONSerialization.jsonObject(with: try fixture("overland.json")) as! [String: Any]
         let batch = try JSONSerialization.data(withJSONObject: (overland["samples"] as! [[String: Any]])[0]["payload"]!)
@@ -84,10 +69,7 @@ struct ReplayReply: Decodable {
         #expect(posted.status == 200)
         #expect(posted.body == #"{"result":"ok"}"#)
 
-        var received: BusMessage?
-        while let message = await messages.next() {
-            if message.topic == "fix.car" { received = message; break }
-        }
+        let received = await next(&messages, of: client) { $0.topic == "fix.car" }
         let fix = try #require(try received?.decode(Fix.self))
         #expect(fix == Fix(seq: 1, device: "car", time: date("2015-10-01T15:00:00Z"), lat: 37.3318, lon: -122.030581, accuracyM: 30, altitudeM: 0, speedMps: 4, battery: 0.8, source: .overland))
         #expect(received?.header.source == "ingest")
@@ -118,6 +100,11 @@ struct ReplayReply: Decodable {
         _ = try await ingest.exitStatus()
         ingest = try Child("drivebus-ingest", ["--config", path])
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        // A heartbeat from the new process: its publisher has the subscription again.
+        let restartedPID = ingest.pid
+        #expect(await next(&messages, of: client) {
+            $0.topic == "svc.heartbeat.ingest" && (try? $0.decode(Heartbeat.self))?.pid == restartedPID
+        } != nil)
         let afterRestart = try BusJSON.decode(ReplayReply.self, from: try await client.loop.request(
             ZMQEndpoint(config.layout.rpcEndpoint(.ingest)), body: Array(#"{"op":"replay","from_seq":3}"#.utf8), timeout: .seconds(5)))
         #expect(afterRestart.lastSeq == 3)
@@ -125,13 +112,12 @@ struct ReplayReply: Decodable {
 
         // Bulk import through ingest: counts, then a re-import that adds nothing.
         let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
-        var finished = try await client.subscribe(["import.finished.car"]).makeAsyncIterator()
         let imported = try await run("drivebus", ["import", "--config", path, "--device", "car", gpx])
         #expect(imported.status == 0, "\(imported.stderr)")
         #expect(imported.stdout == "\(gpx): 1525 points, 1525 imported, 0 already there, 0 refused, 0 without a time\n")
         let again = try await run("drivebus", ["import", "--config", path, "--device", "car", gpx])
         #expect(again.stdout == "\(gpx): 1525 points, 0 imported, 1525 already there, 0 refused, 0 without a time\n")
-        let done = try #require(await finished.next())
+        let done = try #require(await next(&messages, of: client) { $0.topic == "import.finished.car" })
         #expect(try done.decode(ImportFinished.self) == ImportFinished(seq: 1529, device: "car", file: "car_vienna_osm_1hz.gpx", fixes: 1525))
         let unknown = try await run("drivebus", ["import", "--config", path, "--device", "nobody", gpx])
         #expect(unknown.status != 0)

@@ -28,7 +28,8 @@ import Testing
 
     @Test func anImportedDriveIsListedExportedAndCountedOnce() async throws {
         let dir = TempDir()
-        let ingestPort = freePort(), statsPort = freePort()
+        let ports = freePorts(2)
+        let (ingestPort, statsPort) = (ports[0], ports[1])
         let yaml = """
             state_dir: \(dir.path)/state
             heartbeat_interval_s: 0.2
@@ -94,8 +95,13 @@ import Testing
         _ = try await stats.exitStatus()
         stats = try Child("drivebus-stats", ["--config", path])
         try await waitUntilLive(.stats, config: config)
-        let again = try await http("GET", api + "/stats/daily?device=car&from=2021-11-03&to=2021-11-04")
-        #expect(again.body == daily.body)
+        // Live means the recorder has caught up; the HTTP listener may come a moment later.
+        var again: (status: Int, body: String)?
+        #expect(await eventually(within: .seconds(20)) {
+            again = try? await http("GET", api + "/stats/daily?device=car&from=2021-11-03&to=2021-11-04")
+            return again?.status == 200
+        })
+        #expect(again?.body == daily.body)
 
         let metrics = try await http("GET", "http://127.0.0.1:\(statsPort)/metrics")
         #expect(metrics.status == 200 && metrics.body.contains("drivebus_service_up"))

@@ -226,3 +226,92 @@ func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws 
     await client.shutdown()
     #expect(live, "\(service) did not become live")
 }
+
+/// A port nobody listens on right now.
+func freePort() -> Int { freePorts(1)[0] }
+
+/// `count` distinct free ports: every socket stays bound until all are chosen, so the kernel
+/// cannot hand out one port twice.
+func freePorts(_ count: Int) -> [Int] {
+    let sockets = (0..<count).map { _ in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
+    defer { for fd in sockets { close(fd) } }
+    return sockets.map { fd in
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = 0
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
+        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
+        return Int(UInt16(bigEndian: address.sin_port))
+    }
+}
+
+/// A wait on the bus that did not finish in time.
+struct BusTimeout: Error, CustomStringConvertible {
+    let description: String
+}
+
+/// Runs `body`, which reads `client`'s subscriptions, with a deadline, so a lost message fails
+/// the test instead of hanging it: at the deadline the client is shut down, which ends its
+/// streams (reads return nil); the client is unusable from then on, but the test has failed.
+func withDeadline<T>(_ timeout: Duration, on client: BusClient, _ body: () async -> T) async -> T {
+    let timer = Task {
+        try await Task.sleep(for: timeout)
+        await client.shutdown()
+    }
+    defer { timer.cancel() }
+    return await body()
+}
+
+/// The next message on `iterator` that matches `predicate` (others are skipped), or nil with an
+/// issue recorded if none comes within `timeout`.
+func next(
+    _ iterator: inout BusSubscription.AsyncIterator, of client: BusClient, within timeout: Duration = .seconds(20),
+    sourceLocation: SourceLocation = #_sourceLocation, where predicate: (BusMessage) -> Bool = { _ in true }
+) async -> BusMessage? {
+    let found = await withDeadline(timeout, on: client) { () async -> BusMessage? in
+        while let message = await iterator.next() {
+            if predicate(message) { return message }
+        }
+        return nil
+    }
+    if found == nil { Issue.record("no matching bus message within \(timeout)", sourceLocation: sourceLocation) }
+    return found
+}
+
+/// Subscribes to `prefixes` and waits for a heartbeat from each of `services`, so that what they
+/// publish from now on arrives. The heartbeat prefixes go last: once a heartbeat arrives, that
+/// service's publisher has the earlier prefixes too (as long as nobody else subscribed to those
+/// heartbeats first: the broker forwards only new subscriptions).
+func joinedSubscription(
+    _ client: BusClient, _ prefixes: [String], heartbeatsFrom services: [ServiceName], within timeout: Duration = .seconds(20)
+) async throws -> BusSubscription.AsyncIterator {
+    let heartbeats = services.map { "svc.heartbeat.\($0.rawValue)" }
+    var iterator = try await client.subscribe(prefixes + heartbeats).makeAsyncIterator()
+    var missing = Set(heartbeats)
+    await withDeadline(timeout, on: client) {
+        while !missing.isEmpty, let message = await iterator.next() { missing.remove(message.topic) }
+    }
+    guard missing.isEmpty else { throw BusTimeout(description: "no heartbeat within \(timeout) on \(missing.sorted())") }
+    return iterator
+}
+
+/// Reads `iterator` until `done` holds for what was read, skipping heartbeats (which
+/// `joinedSubscription` subscribes to); records an issue if `timeout` passes first.
+func collect(
+    from iterator: inout BusSubscription.AsyncIterator, of client: BusClient, within timeout: Duration = .seconds(30),
+    sourceLocation: SourceLocation = #_sourceLocation, until done: ([BusMessage]) -> Bool
+) async -> [BusMessage] {
+    var seen: [BusMessage] = []
+    let finished = await withDeadline(timeout, on: client) { () async -> Bool in
+        while let message = await iterator.next() {
+            if message.topic.hasPrefix("svc.heartbeat.") { continue }
+            seen.append(message)
+            if done(seen) { return true }
+        }
+        return false
+    }
+    if !finished { Issue.record("collecting did not finish within \(timeout); got \(seen.map(\.topic))", sourceLocation: sourceLocation) }
+    return seen
+}

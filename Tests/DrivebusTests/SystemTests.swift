@@ -23,11 +23,7 @@ import Testing
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        var probeSeq: UInt64 = 0
-        while let message = await messages.next(), message.topic == "probe" {
-            probeSeq = message.header.seq
-            break
-        }
+        let probeSeq = await next(&messages, of: client) { $0.topic == "probe" }?.header.seq ?? 0
         probe.cancel()
         _ = await probe.value
         #expect(probeSeq >= 1)
@@ -39,8 +35,7 @@ import Testing
         }
         var tracker = SeqTracker()
         var received = 0
-        while received < 500, let message = await messages.next() {
-            guard message.topic == "fix.car" else { continue }
+        while received < 500, let message = await next(&messages, of: client, where: { $0.topic == "fix.car" }) {
             let observation = tracker.observe(message.header)
             #expect(observation == (received == 0 ? .first : .inOrder))
             #expect(message.header.source == "ingest")
@@ -180,7 +175,8 @@ extension Sequence {
         try #require(ZMQContext.hasCurve)
         let dir = TempDir()
         let server = try CurveKeyPair.generate(), client = try CurveKeyPair.generate(), stranger = try CurveKeyPair.generate()
-        let (inPort, outPort) = (freePort(), freePort())
+        let ports = freePorts(2)
+        let (inPort, outPort) = (ports[0], ports[1])
         func yaml(_ own: CurveKeyPair) -> String {
             """
             state_dir: \(dir.path)/state
@@ -204,7 +200,7 @@ extension Sequence {
                 try? await Task.sleep(for: .milliseconds(20))
             }
         }
-        let first = await admitted.next()
+        let first = await next(&admitted, of: member)
         #expect(first?.topic == "probe")
         try await Task.sleep(for: .seconds(1))
         probing.cancel()

@@ -163,7 +163,7 @@ struct Messages {
         let server = try CurveKeyPair.generate()
         let client = try CurveKeyPair.generate()
         #expect(server.publicKey.utf8.count == 40)
-        let port = Int.random(in: 20_000..<40_000)
+        let port = freePort()
         let loop = ZMQLoop(name: "curve")
         let (requests, socket) = try await loop.serveRequests(ZMQEndpoint("tcp://127.0.0.1:\(port)", curve: .server(server)))
         let serving = Task {
