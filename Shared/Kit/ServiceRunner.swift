@@ -118,15 +118,8 @@ public enum ServiceRunner {
         build: @Sendable (ServiceContext) async throws -> ServiceParts
     ) async throws {
         let publisher = try await bus.makePublisher(source: name.rawValue)
-        let routeWait = ContinuousClock.now
-        if await bus.waitForRoute(publisher) {
-            let waited = routeWait.duration(to: .now)
-            logger.debug("bus route ready", metadata: ["after_ms": "\(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000)"])
-        } else {
-            // The broker may be starting too. The PUB connects when it is up; what is published
-            // before then reaches no subscriber.
-            logger.warning("bus broker did not answer a probe within 5 s; starting anyway")
-        }
+        // The bus process runs the broker itself, which starts with its services.
+        if name != .bus { await waitForRoute(publisher, bus: bus, logger: logger) }
         let rpcEndpoint = ZMQEndpoint(config.layout.rpcEndpoint(name))
         let (requests, rpcSocket) = try await bus.loop.serveRequests(rpcEndpoint)
         let context = ServiceContext(name: name, config: config, logger: logger, bus: bus, publisher: publisher)
@@ -148,6 +141,18 @@ public enum ServiceRunner {
             logger: logger
         )
         try await group.run()
+    }
+
+    private static func waitForRoute(_ publisher: Publisher, bus: BusClient, logger: Logger) async {
+        let started = ContinuousClock.now
+        if await bus.waitForRoute(publisher) {
+            let waited = started.duration(to: .now)
+            logger.debug("bus route ready", metadata: ["after_ms": "\(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000)"])
+        } else {
+            // The broker may be starting too. The PUB connects when it is up; what is published
+            // before then reaches no subscriber.
+            logger.warning("bus broker did not answer a probe within 5 s; starting anyway")
+        }
     }
 
     static func printError(_ line: String) {
