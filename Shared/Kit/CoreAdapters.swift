@@ -71,13 +71,14 @@ public struct DriveDerivations: Codable, Sendable {
     }
 
     /// The trip events and the score events one journal message causes.
-    public mutating func handle(_ message: JournalMessage, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+    /// `fix` is the message's payload if the caller has decoded it already.
+    public mutating func handle(_ message: JournalMessage, fix decoded: Fix? = nil, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
         var scored: [ScorerOutput] = []
         var tripsInput: TripsInput?
         switch message.type {
         case "fix":
             // Decoded once for both cores.
-            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return ([], []) }
+            guard let fix = decoded ?? (try? BusJSON.decode(Fix.self, from: message.payload)) else { return ([], []) }
             scored += scorer.handle(.fix(fix))
             tripsInput = .fix(fix)
         case "session.started":

@@ -18,7 +18,7 @@ public struct JournalMessage: Sendable {
 
     /// The topic without its device: `fix`, `taxi.checkin`…
     public var type: String {
-        for type in JournalTopics.types where topic.hasPrefix(type + ".") { return type }
+        for (type, prefix) in zip(JournalTopics.types, JournalTopics.prefixes) where topic.hasPrefix(prefix) { return type }
         return topic
     }
 }
@@ -27,7 +27,7 @@ public struct JournalMessage: Sendable {
 /// are contiguous and a gap is unmistakable.
 public enum JournalTopics {
     public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped"]
-    static var prefixes: [String] { types.map { $0 + "." } }
+    static let prefixes = types.map { $0 + "." }
 }
 
 /// An event a core derived, ready for the bus. Its id is computed from its inputs, so that a

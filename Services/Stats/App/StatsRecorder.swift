@@ -67,7 +67,9 @@ final class StatsRecorder: Service, Sendable {
                 }
                 if JournalTopics.types.contains(message.header.type) {
                     // Only ingest writes the journal.
-                    guard message.header.source == "ingest", let journalSeq = JournalConsumer<StatsDerivations>.journalSeq(message),
+                    // A fix is decoded here once, for its seq, the derivations and its row.
+                    let fix = message.header.type == "fix" ? try? message.decode(Fix.self) : nil
+                    guard message.header.source == "ingest", let journalSeq = fix?.seq ?? JournalConsumer<StatsDerivations>.journalSeq(message),
                           journalSeq > lastSeq else { continue }
                     if journalSeq > lastSeq + 1 {
                         try await flush(&pending)
@@ -75,7 +77,7 @@ final class StatsRecorder: Service, Sendable {
                         // An unfinished replay leaves the gap open: never store past it.
                         guard lastSeq == journalSeq - 1 else { continue }
                     }
-                    pending += record(JournalMessage(seq: journalSeq, topic: message.topic, payload: message.payload), time: message.header.time)
+                    pending += record(JournalMessage(seq: journalSeq, topic: message.topic, payload: message.payload), fix: fix, time: message.header.time)
                 } else {
                     // Derived events from the other services; ids deduplicate them.
                     pending.append(StoredEvent(
@@ -88,14 +90,14 @@ final class StatsRecorder: Service, Sendable {
     }
 
     /// The stored form of a journal message, plus what stats derives from it. Advances `seq`.
-    private func record(_ message: JournalMessage, time: Date) -> [StoredEvent] {
+    private func record(_ message: JournalMessage, fix: Fix?, time: Date) -> [StoredEvent] {
         let derived = derivations.withLock { derivations in
-            let (trips, scores) = derivations.handle(message, arrivedAt: Date())
+            let (trips, scores) = derivations.handle(message, fix: fix, arrivedAt: Date())
             return trips + scores
         }
         seq.store(message.seq, ordering: .relaxed)
-        let device = message.topic.split(separator: ".").last.map(String.init)
-        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: device, source: "ingest", time: time, payload: message.payload)]
+        let device = fix?.device ?? message.topic.split(separator: ".").last.map(String.init)
+        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: device, source: "ingest", time: time, payload: message.payload, fix: fix)]
             + derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: time, payload: $0.payload) }
     }
 
@@ -131,7 +133,8 @@ final class StatsRecorder: Service, Sendable {
             }
             var pending: [StoredEvent] = []
             for message in page.messages where message.seq == lastSeq + 1 {
-                pending += record(message, time: Date())
+                let fix = message.type == "fix" ? try? BusJSON.decode(Fix.self, from: message.payload) : nil
+                pending += record(message, fix: fix, time: Date())
             }
             try await flush(&pending)
             if page.messages.isEmpty || lastSeq >= page.lastSeq { return }

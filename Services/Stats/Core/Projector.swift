@@ -79,7 +79,7 @@ enum Projector {
     }
 
     private static func projectFix(_ event: StoredEvent, statement: RawInsert, spans: inout [String: (first: Int64, last: Int64)]) throws {
-        let fix = try FixRow(event.payload, fallbackDevice: event.device)
+        let fix = try event.fix.map { try FixRow($0, fallbackDevice: event.device) } ?? FixRow(event.payload, fallbackDevice: event.device)
         _ = try statement.run { bind in
             bind.text(fix.device)
             bind.integer(fix.timeMs)
@@ -320,6 +320,11 @@ struct FixRow {
         } catch {
             throw Projector.Rejection(field: error.field ?? "payload", reason: error.reason)
         }
+        try self.init(fix, fallbackDevice: fallbackDevice)
+    }
+
+    /// Checks what the tables need of a decoded fix.
+    init(_ fix: Fix, fallbackDevice: String?) throws {
         let device = fix.device.isEmpty ? (fallbackDevice ?? "") : fix.device
         guard !device.isEmpty else { throw Projector.Rejection(field: "device", reason: "is required") }
         let time = fix.time, lat = fix.lat, lon = fix.lon

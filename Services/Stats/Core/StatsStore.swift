@@ -15,14 +15,18 @@ public struct StoredEvent: Sendable, Equatable {
     public var time: Date
     /// The payload JSON, as published.
     public var payload: [UInt8]
+    /// The payload of a `fix`, when the caller has decoded it already: storing is the hot path,
+    /// and then it is not decoded again.
+    public var fix: Fix?
 
-    public init(id: String, type: String, device: String?, source: String, time: Date, payload: [UInt8]) {
+    public init(id: String, type: String, device: String?, source: String, time: Date, payload: [UInt8], fix: Fix? = nil) {
         self.id = id
         self.type = type
         self.device = device
         self.source = source
         self.time = time
         self.payload = payload
+        self.fix = fix
     }
 }
 
