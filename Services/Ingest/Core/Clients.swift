@@ -51,9 +51,9 @@ struct ClientParsers: Sendable {
         var raw = RawFix(time: time, lat: try fields.requiredDouble("lat"), lon: try fields.requiredDouble("lon"), meta: meta)
         raw.accuracyM = try fields.double("acc")
         raw.altitudeM = try fields.double("alt")
-        raw.speedMps = try fields.double("vel").map { .init(value: $0.value / 3.6, field: $0.field) }  // km/h
+        raw.speedMps = try fields.double("vel").map { $0.map { $0 / 3.6 } }  // km/h
         raw.courseDeg = try fields.double("cog")
-        raw.battery = try fields.double("batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        raw.battery = try fields.double("batt").map { $0.map { $0 < 0 ? -1 : $0 / 100 } }
         return try normalizer.fix(raw, device: device, source: .owntracks)
     }
 
@@ -98,8 +98,8 @@ struct ClientParsers: Sendable {
             if let label = try properties.string("device_id"), !label.isEmpty { meta["device_id"] = label }
             var raw = RawFix(
                 time: time,
-                lat: .init(value: try position.requiredDouble("lat").value, field: geometry.name("coordinates[1]")),
-                lon: .init(value: try position.requiredDouble("lon").value, field: geometry.name("coordinates[0]")),
+                lat: .init(value: try position.requiredDouble("lat").value, path: geometry.path, key: "coordinates[1]"),
+                lon: .init(value: try position.requiredDouble("lon").value, path: geometry.path, key: "coordinates[0]"),
                 meta: meta)
             raw.accuracyM = try properties.double("horizontal_accuracy")
             raw.altitudeM = try properties.double("altitude")
@@ -151,11 +151,11 @@ struct ClientParsers: Sendable {
             }
             return nil
         }
-        raw.speedMps = try number("speed").map { .init(value: $0.value * 0.514_444, field: $0.field) }  // knots
+        raw.speedMps = try number("speed").map { $0.map { $0 * 0.514_444 } }  // knots
         raw.courseDeg = try number("bearing", "heading")
         raw.altitudeM = try number("altitude")
         raw.accuracyM = try number("accuracy", "hacc")
-        raw.battery = try number("batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        raw.battery = try number("batt").map { $0.map { $0 < 0 ? -1 : $0 / 100 } }
         if let id = parsed.clientID { raw.meta["id"] = id.value }
         parsed.records = [JournalRecord(.fix(try normalizer.fix(raw, device: "-", source: .osmand)))]
         return parsed
@@ -216,7 +216,7 @@ struct ClientParsers: Sendable {
         raw.altitudeM = try number("altitude", "alt")
         raw.speedMps = try number("speed", "spd")
         raw.courseDeg = try number("direction", "dir", "bearing")
-        raw.battery = try number("battery", "batt").map { .init(value: $0.value < 0 ? -1 : $0.value / 100, field: $0.field) }
+        raw.battery = try number("battery", "batt").map { $0.map { $0 < 0 ? -1 : $0 / 100 } }
         if let label = parameters["device"] { raw.meta["device"] = label }
         return [JournalRecord(.fix(try normalizer.fix(raw, device: device, source: .gpslogger)))]
     }
