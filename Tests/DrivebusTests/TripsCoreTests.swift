@@ -250,6 +250,26 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         #expect(abs((ended.first?.distanceM ?? 0) - 4000) < 80)
     }
 
+    /// A segmenter restored from a checkpoint takes today's config: with a shorter stop, the
+    /// red light that did not split the trip above now does.
+    @Test func aRestoredSegmenterRunsWithTodaysConfig() throws {
+        var script = TripsScript()
+        script.drive(toX: 2000, y: 0, speed: 14)
+        let restartAt = script.inputs.count
+        script.park(for: 150, every: 1, jitter: 2)
+        script.drive(toX: 4000, y: 0, speed: 14)
+        script.importFinished()
+        var segmenter = TripSegmenter(configuration: TripsConfiguration())
+        var outputs = script.inputs[..<restartAt].flatMap { segmenter.handle($0) }
+        var restored = try JSONDecoder().decode(TripSegmenter.self, from: JSONEncoder().encode(segmenter))
+        var shorterStops = TripsConfiguration()
+        shorterStops.minDurationS = 120
+        restored.configuration = shorterStops
+        outputs += script.inputs[restartAt...].flatMap { restored.handle($0) }
+        #expect(tripsEnded(outputs).count == 2)
+        #expect(tripsEnded(tripsRun(script.inputs).outputs).count == 1)
+    }
+
     @Test func outliersAddNoDistanceAndMoveNoState() throws {
         var script = TripsScript()
         script.drive(toX: 1000, y: 0, speed: 10)

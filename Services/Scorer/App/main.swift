@@ -8,7 +8,10 @@ await ServiceRunner.main(.scorer) { context in
     let consumer = try JournalConsumer(
         context: context,
         initial: DriveDerivations(trips: context.config.trips, scorer: scorerConfiguration),
-        configure: { $0.scorer.configuration = scorerConfiguration },
+        configure: { [tripsConfiguration = context.config.trips] in
+            $0.scorer.configuration = scorerConfiguration
+            $0.segmenter.configuration = tripsConfiguration
+        },
         apply: { state, message, _ in state.handle(message, arrivedAt: Date()).scores },
         tick: { state, now in state.tick(now).scores }
     )

@@ -36,10 +36,11 @@ final class StatsRecorder: Service, Sendable {
         let cursor = try await store.journalCursor()
         seq.store(cursor.seq, ordering: .relaxed)
         if let state = cursor.state, let restored = try? JSONDecoder().decode(StatsDerivations.self, from: state) {
-            let scorerConfiguration = context.config.scorer
+            let (scorerConfiguration, tripsConfiguration) = (context.config.scorer, context.config.trips)
             derivations.withLock {
                 $0 = restored
                 $0.scorer.configuration = scorerConfiguration
+                $0.segmenter.configuration = tripsConfiguration
             }
         }
         let batches = try await context.bus.loop.subscribe(context.bus.endpoints.out, prefixes: [""])

@@ -81,7 +81,9 @@ public enum TripsOutput: Sendable, Equatable {
 /// that still differs is a phone that uploads fixes more than `idle_close_s` late: the live run has
 /// already closed the trip, and the late fixes make a trip of their own.
 public struct TripSegmenter: Sendable, Codable {
-    public let configuration: TripsConfiguration
+    /// Settable, so that a segmenter restored from a checkpoint runs with today's config: an
+    /// edited `trips:` section applies from the next input after a restart.
+    public var configuration: TripsConfiguration
     /// The highest journal seq processed. Inputs with a seq at or below it are ignored, so a replay
     /// that overlaps what was already processed changes nothing. Inputs without a seq are always
     /// processed.
