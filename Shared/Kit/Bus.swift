@@ -34,23 +34,20 @@ public final class BusClient: Sendable {
     /// subscriber's prefixes have arrived by the time a probe returns.
     public func waitForRoute(_ publisher: Publisher, within timeout: Duration = .seconds(5)) async -> Bool {
         guard let probes = try? await subscribe(["svc.probe.\(publisher.source)"]) else { return false }
-        return await withTaskGroup(of: Bool.self) { group in
-            group.addTask {
-                for await _ in probes { return true }
-                return false
+        let arrived = ProbeArrival()
+        await withTaskGroup(of: Void.self) { group in
+            // Listens until cancelled: cancelling a waiting stream is what closes its socket.
+            group.addTask { for await _ in probes { arrived.flag.store(true, ordering: .releasing) } }
+            let deadline = ContinuousClock.now + timeout
+            var pause = Duration.milliseconds(10)
+            while !arrived.flag.load(ordering: .acquiring), ContinuousClock.now < deadline {
+                _ = try? publisher.publish("svc.probe", device: publisher.source, payload: RPCEmpty())
+                guard (try? await Task.sleep(for: pause)) != nil else { break }
+                pause = min(pause * 2, .milliseconds(200))  // a broker that is not up yet need not be flooded
             }
-            group.addTask {
-                let deadline = ContinuousClock.now + timeout
-                while ContinuousClock.now < deadline {
-                    _ = try? publisher.publish("svc.probe", device: publisher.source, payload: RPCEmpty())
-                    guard (try? await Task.sleep(for: .milliseconds(10))) != nil else { break }
-                }
-                return false
-            }
-            let routed = await group.next() ?? false
             group.cancelAll()
-            return routed
         }
+        return arrived.flag.load(ordering: .acquiring)
     }
 
     /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
@@ -188,4 +185,9 @@ public final class Publisher: Sendable {
             return header
         }
     }
+}
+
+/// Whether a start-up probe came back.
+private final class ProbeArrival: Sendable {
+    let flag = Atomic<Bool>(false)
 }

@@ -79,6 +79,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// one upload or a backlog being replayed, when the newest of them is not yet applied.
     private let replaying = Atomic<Bool>(false)
     private let applyingGroup = Atomic<Bool>(false)
+    /// A tick came while held; it runs as soon as the group or replay is done.
+    private let tickOwed = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
@@ -128,7 +130,10 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             group.addTask { await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
             while let messages = try await groups.next() {
                 applyingGroup.store(true, ordering: .relaxed)
-                defer { applyingGroup.store(false, ordering: .relaxed) }
+                defer {
+                    applyingGroup.store(false, ordering: .relaxed)
+                    runOwedTick()
+                }
                 for message in messages {
                     if message.topic == "svc.heartbeat.ingest" {
                         guard let journal = (try? message.decode(Heartbeat.self))?.lastSeq["journal"] else { continue }
@@ -166,12 +171,19 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     private func tickUnlessHeld() {
         // Checked under the state lock: a group's flag is set before its first message takes the
-        // lock, so a tick either comes before the whole group or waits. A held tick is not lost;
-        // the next one, a second later, decides the same.
+        // lock, so a tick either comes before the whole group or is owed until it is done.
         process(state.withLock { checkpoint in
-            guard !replaying.load(ordering: .relaxed), !applyingGroup.load(ordering: .relaxed) else { return [] }
+            guard !replaying.load(ordering: .relaxed), !applyingGroup.load(ordering: .relaxed) else {
+                tickOwed.store(true, ordering: .relaxed)
+                return []
+            }
             return tick(&checkpoint.core, Date())
         })
+    }
+
+    /// Runs a tick that was held, now that the group or replay that held it is done.
+    private func runOwedTick() {
+        if tickOwed.exchange(false, ordering: .relaxed) { tickUnlessHeld() }
     }
 
     private func apply(_ message: JournalMessage, live: Bool) {
@@ -203,7 +215,10 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// Replays from ingest until `target` (or the journal's end) has been applied.
     private func catchUp(to target: UInt64?) async throws {
         replaying.store(true, ordering: .relaxed)
-        defer { replaying.store(false, ordering: .relaxed) }
+        defer {
+            replaying.store(false, ordering: .relaxed)
+            runOwedTick()
+        }
         var attempt = 0
         while !Task.isShuttingDownGracefully {
             let from = lastSeq + 1
@@ -217,7 +232,12 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 attempt += 1
                 if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
                 let pause = Duration.milliseconds(min(200 * attempt, 2000))
+                // While ingest cannot be reached the clock goes on deciding, as it would with no
+                // replay under way.
+                replaying.store(false, ordering: .relaxed)
+                runOwedTick()
                 try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+                replaying.store(true, ordering: .relaxed)
                 continue
             }
             for message in page.messages {

@@ -309,8 +309,8 @@ public struct JSONReader {
             while digit(at: position) != nil { position += 1 }
             valid = position > exponentStart
         }
-        // What follows must not continue the number: `1.2.3` and `1-2` are not numbers.
-        if position < bytes.count, Self.isNumberByte(bytes[position]) { valid = false }
+        // What follows must not continue the number: `1.2.3`, `1-2` and `0x10` are not numbers.
+        if position < bytes.count, Self.isNumberByte(bytes[position]) || Self.isLetter(bytes[position]) { valid = false }
         guard valid else {
             var end = start
             while end < bytes.count, Self.isNumberByte(bytes[end]) { end += 1 }
@@ -463,6 +463,8 @@ public struct JSONReader {
             index += 1
         }
     }
+
+    private static func isLetter(_ byte: UInt8) -> Bool { (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte) }
 
     private static func isNumberByte(_ byte: UInt8) -> Bool {
         (48...57).contains(byte) || byte == UInt8(ascii: "-") || byte == UInt8(ascii: "+") || byte == UInt8(ascii: ".")

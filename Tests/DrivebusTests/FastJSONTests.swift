@@ -43,6 +43,8 @@ import Testing
         (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":.5,"lon":2,"source":"api"}"#, "lat: invalid number .5"),
         (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":01,"lon":2,"source":"api"}"#, "lat: invalid number 01"),
         (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":1e999,"lon":2,"source":"api"}"#, "lat: invalid number 1e999"),
+        (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":0x10,"lon":2,"source":"api"}"#, "lat: invalid number 0"),
+        (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":1.5.2,"lon":2,"source":"api"}"#, "lat: invalid number 1.5.2"),
         (#"{"device":"car","time":"2025-01-02T03:04:05Z","lat":1,"lon":2,"source":"fax"}"#, #"source: unknown source "fax""#),
         (#"{"device":"car","lat":1,"lon":2,"source":"api","time":"2025-01-02T03:04:05Z"} x"#, "unexpected data after the JSON value"),
         (#"{"device":"car","lat":1,"lon":2"#, "unterminated object"),

@@ -259,6 +259,18 @@ func date(_ text: String) -> Date { RFC3339.parse(text)! }
         harness.journal.shutdown()
     }
 
+    /// Times and numbers as strings may carry spaces, ASCII or not, at either end.
+    @Test func spacesAroundTimesAndNumbersAreTrimmed() async throws {
+        let harness = try IngestHarness()
+        let body = #"{"fixes":[{"time":" 2025-05-05T05:05:05Z\t","lat":" 1.5","lon":"2 ","device":"car"},"#
+            + #"{"time":"\u00a0 1746421506\u2009","lat":" \u00a01.5 ","lon":2,"device":"car"}]}"#
+        let fixes = await harness.send("POST", "/api/v1/fixes", body: body)
+        #expect(String(decoding: fixes.body, as: UTF8.self) == #"{"accepted":2,"duplicates":0,"last_seq":2}"#)
+        #expect(harness.published.fixes.map(\.time) == [date("2025-05-05T05:05:05Z"), date("2025-05-05T05:05:06Z")])
+        #expect(harness.published.fixes.map(\.lat) == [1.5, 1.5])
+        harness.journal.shutdown()
+    }
+
     @Test func nativeAPIMotionAndCheckin() async throws {
         let harness = try IngestHarness()
         let fixes = await harness.send("POST", "/api/v1/fixes", body: #"{"fixes":[{"time":"2025-05-05T05:05:05.5Z","lat":"1.5","lon":2,"speed_mps":-1,"device":"car"}]}"#)

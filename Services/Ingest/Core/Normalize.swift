@@ -123,6 +123,8 @@ struct Normalizer: Sendable {
         func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
         guard isSpace(first) || isSpace(last) else { return text }
         guard let start = utf8.firstIndex(where: { !isSpace($0) }), let end = utf8.lastIndex(where: { !isSpace($0) }) else { return "" }
+        // Unicode spaces behind the ASCII ones: Foundation knows them all.
+        guard utf8[start] < 0x80, utf8[end] < 0x80 else { return text.trimmingCharacters(in: .whitespaces) }
         return String(text[start...end])
     }
 }
