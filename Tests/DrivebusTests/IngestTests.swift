@@ -76,6 +76,20 @@ func date(_ text: String) -> Date { RFC3339.parse(text)! }
         reopened.shutdown()
     }
 
+    /// JSON has one zero: a fix at -0.0 is journaled as 0, and its re-send after a restart is
+    /// still a duplicate.
+    @Test func negativeZeroDeduplicatesAcrossARestart() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let atZero = JournalRecord(.fix(Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000), lat: -0.0, lon: -0.0, source: .api)))
+        let journal = try Journal(path: path) { _, _ in }
+        #expect(try await journal.append([atZero]) == [.journaled(seq: 1)])
+        journal.shutdown()
+        let reopened = try Journal(path: path) { _, _ in }
+        #expect(try await reopened.append([atZero]) == [.duplicate])
+        reopened.shutdown()
+    }
+
     @Test func aTornTailIsCutOffAndTheRestKept() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal.log"

@@ -456,7 +456,8 @@ struct DedupKey: Hashable, Sendable {
     init(_ fix: Fix) {
         self.init(
             device: fix.device, milliseconds: Int64((fix.time.timeIntervalSince1970 * 1000).rounded()),
-            a: fix.lat.bitPattern, b: fix.lon.bitPattern)
+            // -0.0 is journaled as 0 (JSON has one zero), so it must key as 0 too.
+            a: (fix.lat == 0 ? 0 : fix.lat).bitPattern, b: (fix.lon == 0 ? 0 : fix.lon).bitPattern)
     }
 
     init(_ sample: MotionSample) {
