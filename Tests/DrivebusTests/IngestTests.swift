@@ -125,6 +125,58 @@ func date(_ text: String) -> Date { RFC3339.parse(text)! }
         #expect(throws: Journal.Failure.self) { try Journal(path: path) { _, _ in } }
     }
 
+    /// Start-up reads the journal in pieces; records that straddle two pieces come out whole, and
+    /// damage is still told from a torn tail.
+    @Test(arguments: [1, 37, 4096])
+    func theJournalIsReadInPiecesAtStart(_ chunkBytes: Int) async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let journal = try Journal(path: path) { _, _ in }
+        _ = try await journal.append((0..<50).map { fix($0) })
+        let written = try journal.replay(fromSeq: 1, limit: 100)
+        journal.shutdown()
+        var options = Journal.Options()
+        options.scanChunkBytes = chunkBytes
+        let reopened = try Journal(path: path, options: options) { _, _ in }
+        #expect(reopened.lastSeq == 50)
+        #expect(try reopened.replay(fromSeq: 1, limit: 100) == written)
+        #expect(try await reopened.append([fix(7), fix(50)]) == [.duplicate, .journaled(seq: 51)])
+        reopened.shutdown()
+
+        // A torn tail is cut, however the pieces fall.
+        let intact = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
+        try handle.close()
+        let cut = try Journal(path: path, options: options) { _, _ in }
+        #expect(cut.lastSeq == 51)
+        cut.shutdown()
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int == intact)
+
+        // A checksum failure early on, with good records after it, refuses to start.
+        let damaged = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try damaged.seek(toOffset: 12)
+        try damaged.write(contentsOf: Data([0x58]))
+        try damaged.close()
+        #expect(throws: Journal.Failure.self) { try Journal(path: path, options: options) { _, _ in } }
+    }
+
+    /// A damaged length field reads like a record cut off at the end of the file; the records
+    /// after it show it is damage, and start-up refuses rather than cutting them away.
+    @Test func aDamagedLengthBeforeGoodRecordsRefusesToStart() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal.log"
+        let journal = try Journal(path: path) { _, _ in }
+        _ = try await journal.append([fix(0), fix(1), fix(2)])
+        journal.shutdown()
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: 2)
+        try handle.write(contentsOf: Data([0x7F]))  // the first record's length, now ~8 MB
+        try handle.close()
+        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _, _ in } }
+    }
+
     @Test func concurrentBatchesShareCommitsAndKeepSeqGapless() async throws {
         let dir = TempDir()
         let published = Published()

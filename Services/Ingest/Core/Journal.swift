@@ -14,6 +14,8 @@ public final class Journal: Sendable {
     public struct Options: Sendable {
         /// Records waiting for the disk beyond which new batches are refused (503) so clients retry.
         public var maxPendingRecords = 200_000
+        /// How much of the journal is read at a time at start.
+        public var scanChunkBytes = 8 << 20
         public init() {}
     }
 
@@ -101,7 +103,7 @@ public final class Journal: Sendable {
         var index = Index()
         var keys = Set<DedupKey>()
         do {
-            try Self.scan(fd: fd) { offset, entry in
+            try Self.scan(fd: fd, chunkBytes: options.scanChunkBytes) { offset, entry in
                 index.offsets.append(offset)
                 if let key = DedupKey(topic: entry.topic, payload: entry.payload) { keys.insert(key) }
             } end: { index.end = $0 }
@@ -160,7 +162,7 @@ public final class Journal: Sendable {
         var entries: [Entry] = []
         entries.reserveCapacity(stop)
         var seq = fromSeq
-        try Self.parse(buffer[...], baseOffset: start) { _, entry in
+        try Self.parse(buffer[...], baseOffset: start, atEnd: true) { _, entry in
             entries.append(Entry(seq: seq, topic: entry.topic, payload: entry.payload))
             seq += 1
         }
@@ -270,23 +272,60 @@ public final class Journal: Sendable {
         return 8 + body.count
     }
 
-    private static func scan(fd: Int32, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void, end: (Int64) -> Void) throws(Failure) {
+    /// Reads the journal in pieces of `chunkBytes`, so that starting needs memory for a piece,
+    /// not for the whole file (years of fixes). A record that straddles two pieces is completed
+    /// from the next; a record that is complete but fails its checksum is judged, as `parse`
+    /// does, against everything after it, so the rest of the file is read for that rare case.
+    private static func scan(
+        fd: Int32, chunkBytes: Int, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void,
+        end: (Int64) -> Void
+    ) throws(Failure) {
         var stat = stat()
         guard fstat(fd, &stat) == 0 else { throw .io("fstat: \(String(cString: strerror(errno)))") }
-        var buffer = [UInt8](repeating: 0, count: Int(stat.st_size))
+        let size = Int64(stat.st_size)
+        var bufferOffset: Int64 = 0  // where `buffer` starts in the file
+        var readOffset: Int64 = 0
+        var buffer: [UInt8] = []
+        while true {
+            try readMore(fd: fd, from: &readOffset, count: Int(min(Int64(max(chunkBytes, 1)), size - readOffset)), into: &buffer)
+            let atEnd = readOffset == size
+            let parsedTo = try parse(buffer[...], baseOffset: bufferOffset, atEnd: atEnd, each)
+            if atEnd {
+                end(parsedTo)
+                return
+            }
+            buffer.removeSubrange(0..<Int(parsedTo - bufferOffset))
+            bufferOffset = parsedTo
+            if isCompleteRecord(buffer[...]) {
+                // parse stopped at a whole record: it failed its checksum. Decide with the rest.
+                try readMore(fd: fd, from: &readOffset, count: Int(size - readOffset), into: &buffer)
+            }
+        }
+    }
+
+    private static func readMore(fd: Int32, from offset: inout Int64, count: Int, into buffer: inout [UInt8]) throws(Failure) {
+        let start = buffer.count
+        buffer.append(contentsOf: repeatElement(0, count: count))
         var done = 0
-        while done < buffer.count {
-            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(done)) }
+        while done < count {
+            let n = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + start + done, count - done, off_t(offset) + off_t(done)) }
             guard n > 0 else { throw .io("cannot read the journal: \(String(cString: strerror(errno)))") }
             done += n
         }
-        end(try parse(buffer[...], baseOffset: 0, each))
+        offset += Int64(count)
+    }
+
+    /// Whether `bytes` starts with a whole record (length and checksum header, and its body).
+    private static func isCompleteRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
+        guard bytes.count >= 8 else { return false }
+        let length = Int(UInt32(littleEndian: bytes[bytes.startIndex..<(bytes.startIndex + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
+        return bytes.count - 8 >= length
     }
 
     /// Parses whole records from `buffer`; returns the offset after the last good one.
     @discardableResult
     private static func parse(
-        _ buffer: ArraySlice<UInt8>, baseOffset: Int64, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void
+        _ buffer: ArraySlice<UInt8>, baseOffset: Int64, atEnd: Bool, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void
     ) throws(Failure) -> Int64 {
         var position = buffer.startIndex
         while buffer.endIndex - position >= 8 {
@@ -296,7 +335,15 @@ public final class Journal: Sendable {
             // A record cut short, or one whose checksum fails, is where a crash interrupted a
             // write that was never acknowledged: the torn tail. A bad record with good ones after
             // it is damage, not a tail: refuse it rather than cut acknowledged records away.
-            guard buffer.endIndex - bodyStart >= length else { break }
+            guard buffer.endIndex - bodyStart >= length else {
+                // Short of the file's end, the rest of the record is still to be read. At the end,
+                // a damaged length field looks like a cut-off record: valid records after it
+                // give it away.
+                if atEnd, hasValidRecord(buffer[bodyStart...]) {
+                    throw .corrupt("record at byte \(baseOffset + Int64(position - buffer.startIndex)) has a length past the end, and valid records follow it")
+                }
+                break
+            }
             let body = buffer[bodyStart..<(bodyStart + length)]
             guard CRC32.checksum(body) == crc, let newline = body.firstIndex(of: 0x0A) else {
                 if hasValidRecord(buffer[(bodyStart + length)...]) {
