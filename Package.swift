@@ -47,6 +47,8 @@ let package = Package(
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
+        // Seeded generators for synthetic data, shared by the tests and the benchmarks.
+        .target(name: "DrivebusTestbed", path: "Shared/Testbed"),
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
@@ -76,7 +78,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "CZMQ", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusTestbed", "CZMQ", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusKit"], path: "Services/Ingest/Core"),
@@ -89,7 +91,7 @@ let package = Package(
         .testTarget(
             name: "DrivebusTests",
             dependencies: [
-                "DrivebusKit", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsHTTP",
+                "DrivebusKit", "DrivebusTestbed", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsHTTP",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

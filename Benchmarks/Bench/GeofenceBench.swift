@@ -1,7 +1,8 @@
 import ArgumentParser
 import DrivebusGeo
-import DrivebusSchema
 import DrivebusKit
+import DrivebusSchema
+import DrivebusTestbed
 import Foundation
 @_spi(Testing) import GeofenceCore
 import Synchronization
@@ -25,7 +26,7 @@ struct GeofenceBench: AsyncParsableCommand {
     var openings = 200
 
     func run() async throws {
-        var random = BenchRandom(seed: 7)
+        var random = SplitMix64(seed: 7)
         let configuration = Self.city(zones: zones, random: &random)
         let track = Self.track(fixes: max(1000, fixes), random: &random)
 
@@ -87,7 +88,7 @@ struct GeofenceBench: AsyncParsableCommand {
 
     /// `count` zones within 15 km of central Riga: four in five circles of 30–300 m, the rest
     /// polygons of 4–8 vertices and 50–400 m, with a gate on every hundredth.
-    static func city(zones count: Int, random: inout BenchRandom) -> GeofenceConfiguration {
+    static func city(zones count: Int, random: inout SplitMix64) -> GeofenceConfiguration {
         let city = LocalProjection(origin: Coordinate(lat: 56.95, lon: 24.10))
         var zones: [Zone] = []
         var gates: [Gate] = []
@@ -117,7 +118,7 @@ struct GeofenceBench: AsyncParsableCommand {
 
     /// Eight cars driving at 10–25 m/s between random points of the city, one fix a second each,
     /// interleaved as the journal would number them; all live and fresh.
-    static func track(fixes count: Int, random: inout BenchRandom) -> [(GeofenceInput, Date)] {
+    static func track(fixes count: Int, random: inout SplitMix64) -> [(GeofenceInput, Date)] {
         let city = LocalProjection(origin: Coordinate(lat: 56.95, lon: 24.10))
         let start = Date(timeIntervalSince1970: 1_763_700_000)
         let devices = (0..<8).map { "car\($0)" }
@@ -155,24 +156,6 @@ struct GeofenceBench: AsyncParsableCommand {
     }
 }
 
-/// SplitMix64: the same city and track in every run.
-struct BenchRandom {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func next(in range: ClosedRange<Double>) -> Double {
-        range.lowerBound + (range.upperBound - range.lowerBound) * Double(next() >> 11) / Double(1 << 53)
-    }
-}
 
 /// Answers every request 200 and notes when each arrived.
 final class BenchReceiver: Sendable {

@@ -1,5 +1,6 @@
 import ArgumentParser
 import DrivebusKit
+import DrivebusTestbed
 import Foundation
 import ScorerCore
 
@@ -73,15 +74,8 @@ struct ScorerBench: AsyncParsableCommand {
     /// `fixes` fixes over `devices` devices, one per device per second, in seq order, with
     /// `trip.started` / `trip.ended` every 300 s per device.
     static func inputs(fixes: Int, devices: Int, reportMotion: Bool) -> [ScorerInput] {
-        var random: UInt64 = 0x5EED
-        func uniform(_ amplitude: Double) -> Double {
-            random &+= 0x9E37_79B9_7F4A_7C15
-            var z = random
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            z ^= z >> 31
-            return (Double(z >> 11) / Double(1 << 53) * 2 - 1) * amplitude
-        }
+        var random = SplitMix64(seed: 0x5EED)
+        func uniform(_ amplitude: Double) -> Double { random.uniform(amplitude) }
         struct Car {
             var x = 0.0, y = 0.0, heading = 0.0, speed = 0.0
             var tripFirstSeq: UInt64 = 0

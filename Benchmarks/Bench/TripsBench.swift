@@ -1,5 +1,6 @@
 import ArgumentParser
 import DrivebusKit
+import DrivebusTestbed
 import Foundation
 import TripsCore
 
@@ -60,23 +61,9 @@ struct TripsBench: AsyncParsableCommand {
 /// Synthetic but plausible data: each device parks at home overnight and at work by day, with a
 /// parked phone's scatter, and drives between them at 1 Hz with turns and red lights.
 enum TripsBenchData {
-    /// SplitMix64, so every run measures the same data.
-    struct Random {
-        var state: UInt64
-        mutating func next() -> Double {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            z ^= z >> 31
-            return Double(z >> 11) / Double(1 << 53)
-        }
-        mutating func signed() -> Double { next() * 2 - 1 }
-    }
-
     /// One device's days as positions in metres around home, with times in seconds.
     struct Walker {
-        var random: Random
+        var random: SplitMix64
         var x = 0.0, y = 0.0, t = 0.0
         var out: [(x: Double, y: Double, t: Double)] = []
 
@@ -98,11 +85,11 @@ enum TripsBenchData {
                 let remaining = (dx * dx + dy * dy).squareRoot()
                 if remaining < 20 { break }
                 let heading = atan2(dy, dx) + 0.6 * sin(t / 40)
-                speed = min(speed + 2, 8 + 20 * random.next())
+                speed = min(speed + 2, 8 + 20 * random.unit())
                 sinceStop += 1
-                if sinceStop > 120 + 200 * random.next() {
+                if sinceStop > 120 + 200 * random.unit() {
                     // A red light: 30 to 90 s at rest.
-                    let wait = 30 + 60 * random.next()
+                    let wait = 30 + 60 * random.unit()
                     park(wait, every: 1)
                     speed = 0
                     sinceStop = 0
@@ -122,7 +109,7 @@ enum TripsBenchData {
         let start = Date(timeIntervalSince1970: 1_763_700_000)
         for device in 0..<devices {
             let name = "car\(device)"
-            var walker = Walker(random: Random(state: UInt64(device + 1)))
+            var walker = Walker(random: SplitMix64(seed: UInt64(device + 1)))
             let projection = LocalProjection(origin: Coordinate(lat: 48.2 + 0.05 * Double(device), lon: 16.37))
             for day in 0..<days {
                 let workX = 9000 + 2000 * walker.random.signed(), workY = 6000 + 2000 * walker.random.signed()
@@ -164,7 +151,7 @@ enum TripsBenchData {
 
     /// A history of drives from and back to home, end to end, as one polyline.
     static func history(points: Int) -> [Coordinate] {
-        var walker = Walker(random: Random(state: 99))
+        var walker = Walker(random: SplitMix64(seed: 99))
         while walker.out.count < points {
             let x = 30_000 * walker.random.signed(), y = 30_000 * walker.random.signed()
             walker.drive(toX: x, y: y)

@@ -1,5 +1,6 @@
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTestbed
 import Foundation
 @_spi(Testing) import GeofenceCore
 import Testing
@@ -228,7 +229,7 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
     }
 
     @Test func spatialIndexAgreesWithALinearScan() {
-        var random = GeofenceRandom(seed: 42)
+        var random = SplitMix64(seed: 42)
         var zones: [Zone] = []
         for index in 0..<400 {
             // Clustered around Riga, plus some on the antimeridian and one very large circle.
@@ -607,21 +608,3 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
     }
 }
 
-/// A small deterministic generator (SplitMix64), so failures reproduce.
-struct GeofenceRandom {
-    var state: UInt64
-
-    init(seed: UInt64) { state = seed }
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    mutating func next(in range: ClosedRange<Double>) -> Double {
-        range.lowerBound + (range.upperBound - range.lowerBound) * Double(next() >> 11) / Double(1 << 53)
-    }
-}

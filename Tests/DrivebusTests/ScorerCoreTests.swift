@@ -1,26 +1,10 @@
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTestbed
 import Foundation
 import ScorerCore
 import Testing
 
-/// SplitMix64: a tiny seeded generator, so noisy drives are the same on every run.
-struct ScorerRandom {
-    var state: UInt64
-
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// Uniform in `-amplitude…amplitude`.
-    mutating func uniform(_ amplitude: Double) -> Double {
-        (Double(next() >> 11) / Double(1 << 53) * 2 - 1) * amplitude
-    }
-}
 
 /// A synthetic drive: speed and heading integrated finely, one fix per 1/hz seconds.
 struct ScorerDrive {
@@ -33,7 +17,7 @@ struct ScorerDrive {
     var reportSpeed = true
     var reportCourse = true
     /// Adds ±0.5 m/s to reported speed and ±2° to reported course.
-    var noise: ScorerRandom?
+    var noise: SplitMix64?
     private(set) var step = 0
     private(set) var x = 0.0, y = 0.0
     var heading = 90.0
@@ -272,7 +256,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
     /// ±2° course noise.
     static func smoothDrive(seed: UInt64) -> ScorerDrive {
         var drive = ScorerDrive()
-        drive.noise = ScorerRandom(state: seed)
+        drive.noise = SplitMix64(seed: seed)
         drive.fix()
         for _ in 0..<4 {
             drive.run(10)
@@ -421,7 +405,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
         var seq: UInt64 = 10
         for (index, device) in ["car", "van"].enumerated() {
             var drive = ScorerDrive(device: device, seq: seq, speed: 0)
-            drive.noise = ScorerRandom(state: UInt64(index + 1))
+            drive.noise = SplitMix64(seed: UInt64(index + 1))
             drive.fix()
             drive.run(5)
             drive.run(4, accel: 3.5)

@@ -1,5 +1,6 @@
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTestbed
 import Foundation
 import Testing
 import TripsCore
@@ -29,20 +30,6 @@ func tripsViennaFixes(device: String = "car") throws -> [Fix] {
     return fixes
 }
 
-/// SplitMix64: the same jitter on every run.
-struct TripsRandom {
-    var state: UInt64
-    mutating func next() -> Double {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        z ^= z >> 31
-        return Double(z >> 11) / Double(1 << 53)
-    }
-    /// Uniform in -1…1.
-    mutating func signed() -> Double { next() * 2 - 1 }
-}
 
 /// Builds an input stream for one device along straight lines in a local metric frame.
 struct TripsScript {
@@ -54,7 +41,7 @@ struct TripsScript {
     var x = 0.0
     var y = 0.0
     var inputs: [TripsInput] = []
-    var random = TripsRandom(state: 7)
+    var random = SplitMix64(seed: 7)
 
     init(device: String = "car", seqStart: UInt64 = 0) {
         self.device = device
@@ -494,7 +481,7 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
     @Test func ascentAndDescentUseTheHysteresis() throws {
         var script = TripsScript()
         // Climbs 60 m over 3 km with ±2 m of noise, then descends 20 m.
-        var noise = TripsRandom(state: 3)
+        var noise = SplitMix64(seed: 3)
         script.drive(toX: 3000, y: 0, speed: 15) { t in 100 + 60 * min(t, 200) / 200 + 2 * noise.signed() }
         let top = script.t
         script.drive(toX: 4000, y: 0, speed: 15) { t in 160 - 20 * min(t - top, 66) / 66 + 2 * noise.signed() }
