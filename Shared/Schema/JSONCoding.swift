@@ -33,36 +33,33 @@ public enum BusJSON {
     private static let sharedDecoder = decoder()
 
     public static func encode(_ value: some Encodable) throws -> [UInt8] {
-        if let fast = value as? any FastJSONEncodable {
-            var writer = JSONWriter()
-            fast.writeJSON(to: &writer)
-            return writer.bytes
-        }
+        if let fast = value as? any FastJSONEncodable { return written(fast) }
         return Array(try sharedEncoder.encode(value))
     }
 
     /// The hand-written types, dispatched statically: no existential box or dynamic cast per
     /// message on the hot path.
-    public static func encode<T: Encodable & FastJSONEncodable>(_ value: T) -> [UInt8] {
+    public static func encode<T: Encodable & FastJSONEncodable>(_ value: T) -> [UInt8] { written(value) }
+
+    public static func decode<T: Decodable & FastJSONDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(JSONReader.Failure) -> T {
+        try read(type, from: bytes)
+    }
+
+    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
+        if let fast = type as? any FastJSONDecodable.Type { return try read(fast, from: bytes) as! T }
+        return try sharedDecoder.decode(type, from: Data(bytes))
+    }
+
+    private static func written(_ value: some FastJSONEncodable) -> [UInt8] {
         var writer = JSONWriter()
         value.writeJSON(to: &writer)
         return writer.bytes
     }
 
-    public static func decode<T: Decodable & FastJSONDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(JSONReader.Failure) -> T {
+    private static func read<T: FastJSONDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(JSONReader.Failure) -> T {
         var reader = JSONReader(bytes)
         let value = try T(reading: &reader)
         try reader.finish()
         return value
-    }
-
-    public static func decode<T: Decodable>(_ type: T.Type, from bytes: [UInt8]) throws -> T {
-        if let fast = type as? any FastJSONDecodable.Type {
-            var reader = JSONReader(bytes)
-            let value = try fast.init(reading: &reader)
-            try reader.finish()
-            return value as! T
-        }
-        return try sharedDecoder.decode(type, from: Data(bytes))
     }
 }
