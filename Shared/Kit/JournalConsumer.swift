@@ -21,6 +21,12 @@ public struct JournalMessage: Sendable {
         for (type, prefix) in zip(JournalTopics.types, JournalTopics.prefixes) where topic.hasPrefix(prefix) { return type }
         return topic
     }
+
+    /// The device the topic ends with: `car` in `fix.car`.
+    public var device: String? {
+        for prefix in JournalTopics.prefixes where topic.hasPrefix(prefix) { return String(topic.dropFirst(prefix.count)) }
+        return nil
+    }
 }
 
 /// Every type ingest journals. A consumer subscribes to all of them, so the journal seqs it sees

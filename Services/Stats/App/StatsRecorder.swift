@@ -97,8 +97,7 @@ final class StatsRecorder: Service, Sendable {
             return trips + scores
         }
         seq.store(message.seq, ordering: .relaxed)
-        let device = fix.flatMap { $0.device.isEmpty ? nil : $0.device } ?? message.topic.split(separator: ".").last.map(String.init)
-        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: device, source: "ingest", time: time, payload: message.payload, fix: fix)]
+        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: time, payload: message.payload, fix: fix)]
             + derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: time, payload: $0.payload) }
     }
 
