@@ -318,8 +318,7 @@ public final class Journal: Sendable {
     /// Whether `bytes` starts with a whole record (length and checksum header, and its body).
     private static func isCompleteRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
         guard bytes.count >= 8 else { return false }
-        let length = Int(UInt32(littleEndian: bytes[bytes.startIndex..<(bytes.startIndex + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
-        return bytes.count - 8 >= length
+        return bytes.count - 8 >= recordHeader(bytes, at: bytes.startIndex).length
     }
 
     /// Parses whole records from `buffer`; returns the offset after the last good one.
@@ -329,8 +328,7 @@ public final class Journal: Sendable {
     ) throws(Failure) -> Int64 {
         var position = buffer.startIndex
         while buffer.endIndex - position >= 8 {
-            let length = Int(UInt32(littleEndian: buffer[position..<(position + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
-            let crc = UInt32(littleEndian: buffer[(position + 4)..<(position + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
+            let (length, crc) = recordHeader(buffer, at: position)
             let bodyStart = position + 8
             // A record cut short, or one whose checksum fails, is where a crash interrupted a
             // write that was never acknowledged: the torn tail. A bad record with good ones after
@@ -359,11 +357,16 @@ public final class Journal: Sendable {
 }
 
 /// Whether a valid record starts anywhere in `bytes` (checked only after a bad one was found).
+/// The 8-byte header at `position`: the body's length and its CRC-32, both little-endian.
+private func recordHeader(_ bytes: ArraySlice<UInt8>, at position: Int) -> (length: Int, crc: UInt32) {
+    func word(_ at: Int) -> UInt32 { UInt32(littleEndian: bytes[at..<(at + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }) }
+    return (Int(word(position)), word(position + 4))
+}
+
 private func hasValidRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
     var position = bytes.startIndex
     while bytes.endIndex - position >= 8 {
-        let length = Int(UInt32(littleEndian: bytes[position..<(position + 4)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) }))
-        let crc = UInt32(littleEndian: bytes[(position + 4)..<(position + 8)].withUnsafeBytes { $0.loadUnaligned(as: UInt32.self) })
+        let (length, crc) = recordHeader(bytes, at: position)
         if length > 0, bytes.endIndex - (position + 8) >= length {
             let body = bytes[(position + 8)..<(position + 8 + length)]
             if CRC32.checksum(body) == crc, body.contains(0x0A) { return true }
