@@ -69,6 +69,7 @@ public enum TrackFiles {
     public static func gpx(_ data: Data) throws(TrackFileError) -> [TrackPoint] {
         let reader = GPXReader()
         let parser = XMLParser(data: data)
+        parser.shouldResolveExternalEntities = false  // as for route GPX in stats: a file names no other files
         parser.delegate = reader
         guard parser.parse() else {
             throw TrackFileError(location: "line \(parser.lineNumber)", message: "not valid GPX: \(parser.parserError?.localizedDescription ?? "XML error")")
