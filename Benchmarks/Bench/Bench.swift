@@ -16,6 +16,4 @@ func report(_ fields: [String: Any]) {
     FileHandle.standardOutput.write(data + Data("\n".utf8))
 }
 
-func seconds(_ duration: Duration) -> Double {
-    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-}
+func seconds(_ duration: Duration) -> Double { duration.inSeconds }

@@ -146,8 +146,7 @@ public enum ServiceRunner {
     private static func waitForRoute(_ publisher: Publisher, bus: BusClient, logger: Logger) async {
         let started = ContinuousClock.now
         if await bus.waitForRoute(publisher) {
-            let waited = started.duration(to: .now)
-            logger.debug("bus route ready", metadata: ["after_ms": "\(waited.components.seconds * 1000 + waited.components.attoseconds / 1_000_000_000_000_000)"])
+            logger.debug("bus route ready", metadata: ["after_ms": "\(Int(started.duration(to: .now).inSeconds * 1000))"])
         } else {
             // The broker may be starting too. The PUB connects when it is up; what is published
             // before then reaches no subscriber.
@@ -176,10 +175,7 @@ struct ServiceStatus: Sendable {
         self.ready = ready
     }
 
-    var uptimeS: Double {
-        let elapsed = started.duration(to: .now).components
-        return Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
-    }
+    var uptimeS: Double { started.duration(to: .now).inSeconds }
 
     func health() -> HealthReply {
         HealthReply(
