@@ -8,13 +8,15 @@ let services = ["ingest", "trips", "geofence", "checkout", "scorer", "stats"]
 func serviceExecutable(_ name: String, _ dependencies: [Target.Dependency] = []) -> Target {
     .executableTarget(
         name: "drivebus-\(name)",
-        dependencies: ["DrivebusKit"] + dependencies,
+        dependencies: ["DrivebusKit", "DrivebusConfiguration"] + dependencies,
         path: "Services/\(name.prefix(1).uppercased() + name.dropFirst())/App"
     )
 }
 
 let hummingbird = Target.Dependency.product(name: "Hummingbird", package: "hummingbird")
 let grdb = Target.Dependency.product(name: "GRDB", package: "GRDB.swift")
+let yams = Target.Dependency.product(name: "Yams", package: "Yams")
+let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
 let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 
 let package = Package(
@@ -45,44 +47,54 @@ let package = Package(
         ),
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
+        // Shared: pure models and the libraries every process uses. Nothing here knows a service.
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
+        .target(name: "DrivebusSettings", dependencies: [yams, logging], path: "Shared/Settings"),
+        // Append-only files: the ingest journal and every service's log of derived events.
+        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema"], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
         // Seeded generators for synthetic data, shared by the tests and the benchmarks.
         .target(name: "DrivebusTestbed", path: "Shared/Testbed"),
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
-        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Scorer/Core"),
+        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore"], path: "Services/Scorer/Core"),
+        .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Stats/Core"),
+        // The stats database: what stats stores and the queries over it.
         .target(
-            name: "StatsCore",
-            dependencies: ["DrivebusSchema", "DrivebusGeo", grdb, .product(name: "GRDBSQLite", package: "GRDB.swift")],
-            path: "Services/Stats/Core"
+            name: "StatsStore",
+            dependencies: ["StatsCore", "DrivebusSchema", "DrivebusGeo", grdb, .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            path: "Services/Stats/Store"
         ),
-        .target(name: "StatsHTTP", dependencies: ["StatsCore", hummingbird], path: "Services/Stats/HTTP"),
+        .target(name: "StatsHTTP", dependencies: ["StatsCore", "StatsStore", hummingbird], path: "Services/Stats/HTTP"),
+        // The whole config file: the process settings plus every service's section.
+        .target(
+            name: "DrivebusConfiguration",
+            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", yams, logging],
+            path: "Services/Config"
+        ),
         .target(
             name: "DrivebusKit",
             dependencies: [
-                "DrivebusZMQ", "DrivebusSchema", "DrivebusGeo", "CDrivebusSupport", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
-                .product(name: "Yams", package: "Yams"),
-                .product(name: "Logging", package: "swift-log"),
+                "DrivebusZMQ", "DrivebusSchema", "DrivebusGeo", "DrivebusSettings", "DrivebusJournal", "CDrivebusSupport", logging,
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Shared/Kit"
         ),
-        .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit"], path: "Services/Bus"),
+        .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit", "DrivebusConfiguration"], path: "Services/Bus"),
         .executableTarget(
             name: "drivebus",
-            dependencies: ["DrivebusKit", "IngestCore", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", .product(name: "AsyncHTTPClient", package: "async-http-client")],
             path: "Services/CLI"
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusTestbed", "CZMQ", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
-        .target(name: "IngestCore", dependencies: ["DrivebusKit"], path: "Services/Ingest/Core"),
-        serviceExecutable("ingest", ["IngestCore", hummingbird, lifecycle]),
+        .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal"], path: "Services/Ingest/Core"),
+        serviceExecutable("ingest", ["IngestCore", "DrivebusJournal", hummingbird, lifecycle]),
         serviceExecutable("geofence", [
             "GeofenceCore", grdb, lifecycle,
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -91,7 +103,8 @@ let package = Package(
         .testTarget(
             name: "DrivebusTests",
             dependencies: [
-                "DrivebusKit", "DrivebusTestbed", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsHTTP",
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
+                "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
@@ -100,6 +113,6 @@ let package = Package(
         serviceExecutable("checkout", ["CheckoutCore"]),
         serviceExecutable("trips", ["TripsCore"]),
         serviceExecutable("scorer", ["ScorerCore", "TripsCore"]),
-        serviceExecutable("stats", ["StatsCore", "StatsHTTP", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
+        serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
     ]
 )

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Synchronization
@@ -31,7 +32,7 @@ struct IngestBench: AsyncParsableCommand {
         let system = try await BenchSystem(services: [.bus, .ingest], extraConfig: "devices: [{id: car, token: \(token)}]")
         defer { system.stop() }
         let port = system.port
-        let client = BusClient(config: system.config, name: "bench")
+        let client = BusClient(settings: system.config.process, name: "bench")
         var messages = try await client.subscribe(["fix.", "svc.heartbeat.ingest"]).makeAsyncIterator()
         while let message = await messages.next(), message.topic != "svc.heartbeat.ingest" {}
 
@@ -99,7 +100,7 @@ final class BenchSystem {
             try await Task.sleep(for: .milliseconds(50))
         }
         // Wait until every journal consumer is live.
-        let client = BusClient(config: config, name: "bench-wait")
+        let client = BusClient(settings: config.process, name: "bench-wait")
         for service in services where service != .bus && service != .ingest {
             while (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)))?.status != "ok" {
                 try await Task.sleep(for: .milliseconds(50))

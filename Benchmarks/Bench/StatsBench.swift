@@ -3,6 +3,7 @@ import DrivebusKit
 import DrivebusTestbed
 import Foundation
 import StatsCore
+import StatsStore
 
 /// `drivebus-bench stats`: the stats store on its own, in a temporary directory.
 /// - `stats store fixes`: `fix` events stored in batches, one transaction each (as the bus
@@ -49,7 +50,7 @@ struct StatsBench: AsyncParsableCommand {
             }
             return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
         }
-        let client = BusClient(config: system.config, name: "bench-stats")
+        let client = BusClient(settings: system.config.process, name: "bench-stats")
         let started = ContinuousClock.now
         let port = system.port
         let posting = Task.detached {

@@ -1,5 +1,6 @@
+import DrivebusConfiguration
 import DrivebusKit
 
-await ServiceRunner.main(.bus) { context in
-    ServiceParts(services: [try Broker(config: context.config, logger: context.logger)])
+await ServiceRunner.main(.bus, configuration: DrivebusConfig.self) { context, config in
+    ServiceParts(services: [try Broker(settings: config.process, logger: context.logger)])
 }

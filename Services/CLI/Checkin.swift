@@ -1,4 +1,5 @@
 import ArgumentParser
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 
@@ -29,7 +30,7 @@ struct Checkin: AsyncParsableCommand {
             let device: String
             let time: Date?
         }
-        let bus = BusClient(config: config, name: "checkin")
+        let bus = BusClient(settings: config.process, name: "checkin")
         do {
             let reply = try await bus.call(.ingest, Request(device: device, time: time), as: PublishReply.self)
             print("checked in \(device) at \(RFC3339.format(time ?? Date())) (journal seq \(reply.lastSeq))")

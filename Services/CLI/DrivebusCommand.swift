@@ -1,4 +1,5 @@
 import ArgumentParser
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 
@@ -39,7 +40,7 @@ struct Up: ParsableCommand {
         do {
             try config.layout.prepare()
             let supervisor = try Supervisor(
-                config: config, binDirectory: binDirectory, arguments: arguments, logger: .init(label: "drivebus.up"))
+                settings: config.process, binDirectory: binDirectory, arguments: arguments, logger: .init(label: "drivebus.up"))
             supervisor.run()
         } catch {
             FileHandle.standardError.write(Data("drivebus up: \(error)\n".utf8))

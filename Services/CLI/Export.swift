@@ -1,5 +1,6 @@
 import ArgumentParser
 import AsyncHTTPClient
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import NIOCore

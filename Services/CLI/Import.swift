@@ -1,4 +1,5 @@
 import ArgumentParser
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import IngestCore
@@ -20,7 +21,7 @@ struct Import: AsyncParsableCommand {
 
     func run() async throws {
         let config = try loadConfig(options)
-        let bus = BusClient(config: config, name: "import")
+        let bus = BusClient(settings: config.process, name: "import")
         let failed: Bool
         do {
             failed = try await importAll(bus: bus)
@@ -38,7 +39,8 @@ struct Import: AsyncParsableCommand {
         for file in files {
             let points: [TrackPoint]
             do {
-                points = try TrackFiles.read(path: file)
+                guard let data = FileManager.default.contents(atPath: file) else { throw TrackFileError(location: file, message: "cannot read the file") }
+                points = try TrackFiles.read(data, name: file)
             } catch {
                 print("\(file): \(error)")
                 failed = true
@@ -79,7 +81,7 @@ struct Import: AsyncParsableCommand {
 
     private func publish(_ points: [TrackPoint], bus: BusClient) async throws -> PublishReply {
         let body = JSONValue.object(["op": .string("publish"), "device": .string(device), "fixes": .array(points.map(\.nativeJSON))])
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.config.layout.rpcEndpoint(.ingest)), body: body.encoded, timeout: .seconds(30))
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.encoded, timeout: .seconds(30))
         return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import DrivebusConfiguration
 import DrivebusKit
 import DrivebusSchema
 import Foundation
@@ -17,7 +18,7 @@ struct Status: AsyncParsableCommand {
 
     func run() async throws {
         let config = try loadConfig(options)
-        let bus = BusClient(config: config, name: "status")
+        let bus = BusClient(settings: config.process, name: "status")
         let wait = Duration.milliseconds(Int(timeout * 1000))
         let services = ServiceName.allCases
         // Each service is asked in a task of its own; the answers come back in order. Not a task
@@ -96,7 +97,7 @@ struct Tail: AsyncParsableCommand {
 
     func run() async throws {
         let config = try loadConfig(options)
-        let bus = BusClient(config: config, name: "tail")
+        let bus = BusClient(settings: config.process, name: "tail")
         var printed = 0
         for await message in try await bus.subscribe([prefix]) {
             var line = Array(#"{"topic":""#.utf8) + Array(message.topic.utf8) + Array(#"","header":"#.utf8)

@@ -1,3 +1,4 @@
+import DrivebusSettings
 import DrivebusZMQ
 import Foundation
 import Logging
@@ -15,13 +16,13 @@ public final class Broker: Service, Sendable {
     private let logger: Logger
     private let context = ZMQContext()
 
-    public init(config: DrivebusConfig, logger: Logger) throws(ConfigError) {
-        let usesTCP = [config.bus.inEndpoint, config.bus.outEndpoint].contains { $0?.hasPrefix("tcp://") == true }
-        if usesTCP && config.bus.curve?.serverSecretKey == nil {
+    public init(settings: ProcessSettings, logger: Logger) throws(ConfigError) {
+        let usesTCP = [settings.bus.inEndpoint, settings.bus.outEndpoint].contains { $0?.hasPrefix("tcp://") == true }
+        if usesTCP && settings.bus.curve?.serverSecretKey == nil {
             throw ConfigError(path: "bus.curve.server_secret_key", reason: "is required on the machine that runs drivebus-bus")
         }
-        self.endpoints = config.busEndpoints(asBroker: true)
-        self.allowedClientKey = config.bus.curve.flatMap { CurveKeyPair.decode(z85: $0.clientPublicKey) }
+        self.endpoints = settings.busEndpoints(asBroker: true)
+        self.allowedClientKey = settings.bus.curve.flatMap { CurveKeyPair.decode(z85: $0.clientPublicKey) }
         if usesTCP && allowedClientKey == nil {
             throw ConfigError(path: "bus.curve.client_public_key", reason: "is not a valid Z85 key")
         }

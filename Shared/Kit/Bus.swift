@@ -1,4 +1,5 @@
 import DrivebusSchema
+import DrivebusSettings
 import DrivebusZMQ
 import Foundation
 import Synchronization
@@ -7,13 +8,13 @@ import Synchronization
 /// speak the envelope over it.
 public final class BusClient: Sendable {
     public let loop: ZMQLoop
-    public let config: DrivebusConfig
+    public let settings: ProcessSettings
     public let endpoints: (in: ZMQEndpoint, out: ZMQEndpoint)
 
-    public init(config: DrivebusConfig, name: String) {
-        self.config = config
+    public init(settings: ProcessSettings, name: String) {
+        self.settings = settings
         self.loop = ZMQLoop(name: name)
-        self.endpoints = config.busEndpoints()
+        self.endpoints = settings.busEndpoints()
     }
 
     /// A publisher on `bus.in` whose messages carry `source`.
@@ -61,7 +62,7 @@ public final class BusClient: Sendable {
         _ service: ServiceName, _ request: Request, as result: Result.Type, timeout: Duration = .seconds(5)
     ) async throws -> Result {
         let body = try await loop.request(
-            ZMQEndpoint(config.layout.rpcEndpoint(service)), body: BusJSON.encode(request), timeout: timeout)
+            ZMQEndpoint(settings.layout.rpcEndpoint(service)), body: BusJSON.encode(request), timeout: timeout)
         return try BusJSON.decode(RPCReply<Result>.self, from: body).get()
     }
 

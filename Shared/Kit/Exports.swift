@@ -2,3 +2,4 @@
 @_exported import DrivebusSchema
 @_exported import DrivebusZMQ
 @_exported import DrivebusGeo
+@_exported import DrivebusSettings

@@ -4,54 +4,6 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// A message from the ingest journal, live from the bus or replayed.
-public struct JournalMessage: Sendable {
-    public let seq: UInt64
-    public let topic: String
-    public let payload: [UInt8]
-
-    public init(seq: UInt64, topic: String, payload: [UInt8]) {
-        self.seq = seq
-        self.topic = topic
-        self.payload = payload
-    }
-
-    /// The topic without its device: `fix`, `taxi.checkin`…
-    public var type: String {
-        for (type, prefix) in zip(JournalTopics.types, JournalTopics.prefixes) where topic.hasPrefix(prefix) { return type }
-        return topic
-    }
-
-    /// The device the topic ends with: `car` in `fix.car`.
-    public var device: String? {
-        for prefix in JournalTopics.prefixes where topic.hasPrefix(prefix) { return String(topic.dropFirst(prefix.count)) }
-        return nil
-    }
-}
-
-/// Every type ingest journals. A consumer subscribes to all of them, so the journal seqs it sees
-/// are contiguous and a gap is unmistakable.
-public enum JournalTopics {
-    public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped"]
-    static let prefixes = types.map { $0 + "." }
-}
-
-/// An event a core derived, ready for the bus. Its id is computed from its inputs, so that a
-/// re-processed journal yields the same ids and stores deduplicate.
-public struct DerivedEvent: Sendable {
-    public let type: String
-    public let device: String?
-    public let id: String
-    public let payload: [UInt8]
-
-    public init(type: String, device: String?, id: String, payload: some Encodable) throws {
-        self.type = type
-        self.device = device
-        self.id = id
-        self.payload = try BusJSON.encode(payload)
-    }
-}
-
 /// Runs a pure core over the journal, exactly once per seq, across restarts:
 /// - on start it loads the checkpoint (the core's state, which includes its last seq), subscribes,
 ///   and replays from ingest everything after the checkpoint;
@@ -98,7 +50,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
     ) throws {
         self.context = context
-        checkpoint = CheckpointFile(layout: context.config.layout, name: context.name.rawValue)
+        checkpoint = CheckpointFile(layout: context.settings.layout, name: context.name.rawValue)
         var restored = try checkpoint.load(Checkpoint.self, userInfo: decodingUserInfo)
         if restored != nil { configure(&restored!.core) }
         state = Mutex(restored ?? Checkpoint(lastSeq: 0, core: initial))
@@ -306,7 +258,7 @@ public struct ReplayPage: Sendable {
 
     public static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
         let request = Array(#"{"op":"replay","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.config.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
         guard case .object(let root) = try JSONValue.parse(reply) else { throw RPCErrorBody.badRequest("replay reply is not an object") }
         guard case .bool(true)? = root["ok"] else {
             throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))

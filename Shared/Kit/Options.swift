@@ -23,12 +23,13 @@ struct ServiceArguments: ParsableCommand {
 extension ServiceRunner {
     /// The whole `main` of a service executable: parses `--config`, runs, and exits with the
     /// runner's status (0 after a clean shutdown, 2 for a bad config, 1 for a failure).
-    public static func main(
+    public static func main<Config: ServiceConfiguration>(
         _ name: ServiceName,
-        build: @Sendable (ServiceContext) async throws -> ServiceParts = { _ in ServiceParts() }
+        configuration: Config.Type,
+        build: @Sendable (ServiceContext, Config) async throws -> ServiceParts = { _, _ in ServiceParts() }
     ) async -> Never {
         let arguments = ServiceArguments.parseOrExit()
-        let status = await run(name, configPath: arguments.options.config, build: build)
+        let status = await run(name, configPath: arguments.options.config, configuration: configuration, build: build)
         exit(status)
     }
 }

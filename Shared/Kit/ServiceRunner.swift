@@ -1,4 +1,5 @@
 import DrivebusSchema
+import DrivebusSettings
 import DrivebusZMQ
 import Foundation
 import Logging
@@ -8,7 +9,7 @@ import ServiceLifecycle
 /// RPC socket.
 public struct ServiceContext: Sendable {
     public let name: ServiceName
-    public let config: DrivebusConfig
+    public let settings: ProcessSettings
     public let logger: Logger
     public let bus: BusClient
     public let publisher: Publisher
@@ -73,19 +74,21 @@ public enum RPC {
 /// Runs a service process: config, logging, instance lock, bus, heartbeat and RPC, until SIGTERM
 /// or SIGINT, then a graceful shutdown.
 public enum ServiceRunner {
-    public static func run(
+    public static func run<Config: ServiceConfiguration>(
         _ name: ServiceName,
         configPath: String?,
-        build: @Sendable (ServiceContext) async throws -> ServiceParts = { _ in ServiceParts() }
+        configuration: Config.Type,
+        build: @Sendable (ServiceContext, Config) async throws -> ServiceParts = { _, _ in ServiceParts() }
     ) async -> Int32 {
-        let config: DrivebusConfig
-        let origin: DrivebusConfig.Origin
+        let loaded: Config
+        let origin: ConfigOrigin
         do {
-            (config, origin) = try DrivebusConfig.load(explicitPath: configPath)
+            (loaded, origin) = try Config.load(explicitPath: configPath)
         } catch {
             printError("\(name.executable): \(error)")
             return 2
         }
+        let config = loaded.process
         DrivebusLogging.bootstrap(level: config.logLevel)
         var logger = Logger(label: "drivebus.\(name.rawValue)")
         logger[metadataKey: "service"] = "\(name.rawValue)"
@@ -98,11 +101,11 @@ public enum ServiceRunner {
             printError("\(name.executable): \(error)")
             return 2
         }
-        let bus = BusClient(config: config, name: name.rawValue)
+        let bus = BusClient(settings: config, name: name.rawValue)
         do {
             // The lock is held until the services have stopped.
             defer { withExtendedLifetime(lock) {} }
-            try await runServices(name, config: config, origin: origin, bus: bus, logger: logger, build: build)
+            try await runServices(name, config: config, origin: origin, bus: bus, logger: logger) { try await build($0, loaded) }
             await bus.shutdown()
             logger.info("stopped")
             return 0
@@ -114,7 +117,7 @@ public enum ServiceRunner {
     }
 
     private static func runServices(
-        _ name: ServiceName, config: DrivebusConfig, origin: DrivebusConfig.Origin, bus: BusClient, logger: Logger,
+        _ name: ServiceName, config: ProcessSettings, origin: ConfigOrigin, bus: BusClient, logger: Logger,
         build: @Sendable (ServiceContext) async throws -> ServiceParts
     ) async throws {
         let publisher = try await bus.makePublisher(source: name.rawValue)
@@ -122,7 +125,7 @@ public enum ServiceRunner {
         if name != .bus { await waitForRoute(publisher, bus: bus, logger: logger) }
         let rpcEndpoint = ZMQEndpoint(config.layout.rpcEndpoint(name))
         let (requests, rpcSocket) = try await bus.loop.serveRequests(rpcEndpoint)
-        let context = ServiceContext(name: name, config: config, logger: logger, bus: bus, publisher: publisher)
+        let context = ServiceContext(name: name, settings: config, logger: logger, bus: bus, publisher: publisher)
         let parts = try await build(context)
         let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq, ready: parts.ready)
 

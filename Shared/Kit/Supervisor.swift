@@ -1,4 +1,5 @@
 import CDrivebusSupport
+import DrivebusSettings
 import Foundation
 import Glibc
 import Logging
@@ -21,16 +22,16 @@ public final class Supervisor {
     }
 
     private var children: [Child]
-    private let settings: DrivebusConfig.Supervisor
+    private let settings: ProcessSettings.Supervisor
     private let layout: StateLayout
     private let logger: Logger
 
     /// - Parameters:
     ///   - binDirectory: where the `drivebus-*` executables are.
     ///   - arguments: passed to every child, e.g. `["--config", path]`.
-    public init(config: DrivebusConfig, binDirectory: String, arguments: [String], logger: Logger) throws {
-        settings = config.supervisor
-        layout = config.layout
+    public init(settings process: ProcessSettings, binDirectory: String, arguments: [String], logger: Logger) throws {
+        settings = process.supervisor
+        layout = process.layout
         self.logger = logger
         children = try ServiceName.allCases.map { service in
             let path = binDirectory + "/" + service.executable

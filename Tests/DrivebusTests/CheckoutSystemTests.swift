@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Testing
@@ -21,7 +22,7 @@ import Testing
         let ingest = try Child("drivebus-ingest", ["--config", path])
         var checkout = try Child("drivebus-checkout", ["--config", path])
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
-        let client = BusClient(config: config, name: "test")
+        let client = BusClient(settings: config.process, name: "test")
         var events = try await joinedSubscription(client, ["taxi.checkout."], heartbeatsFrom: [.checkout])
 
         let checkin = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 - 3600)

@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Testing
@@ -17,9 +18,9 @@ import Testing
         #expect(config.stateDir == "/srv/home/var")
         #expect(config.ingest.listen.description == "127.0.0.1:5055")
         #expect(config.stats.listen.description == "127.0.0.1:8091")
-        #expect(config.heartbeatIntervalS == 2)
-        #expect(config.busEndpoints().in.address == "ipc:///srv/home/var/run/bus.in")
-        #expect(config.busEndpoints().out.address == "ipc:///srv/home/var/run/bus.out")
+        #expect(config.process.heartbeatIntervalS == 2)
+        #expect(config.process.busEndpoints().in.address == "ipc:///srv/home/var/run/bus.in")
+        #expect(config.process.busEndpoints().out.address == "ipc:///srv/home/var/run/bus.out")
         #expect(config.layout.rpcEndpoint(.trips) == "ipc:///srv/home/var/run/trips.rpc")
     }
 
@@ -37,7 +38,7 @@ import Testing
             """, workingDirectory: "/")
         #expect(config.stateDir == "/data/drivebus")
         #expect(config.logLevel == .debug)
-        #expect(config.heartbeatIntervalS == 0.5)
+        #expect(config.process.heartbeatIntervalS == 0.5)
         #expect(config.ingest.listen == .init(host: "0.0.0.0", port: 6055))
         #expect(config.ingest.maxBodyBytes == 1_048_576)
         #expect(config.stats.listen == .init(host: "::1", port: 9000))

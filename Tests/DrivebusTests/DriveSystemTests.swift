@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import TripsCore
@@ -52,7 +53,7 @@ import Testing
 
     @Test func theViennaDriveIsOneTripAndIsScored() async throws {
         let harness = try await Harness([.trips, .scorer])
-        let client = BusClient(config: harness.config, name: "test")
+        let client = BusClient(settings: harness.config.process, name: "test")
         // The scorer segments the journal itself, so its score may come before or after trips'
         // `trip.ended`: wait for both.
         var events = try await joinedSubscription(client, ["trip.", "drive.scored."], heartbeatsFrom: [.trips, .scorer])
@@ -104,7 +105,7 @@ import Testing
         }
         #expect(expected.count == 2)
 
-        let client = BusClient(config: harness.config, name: "test")
+        let client = BusClient(settings: harness.config.process, name: "test")
         let expectedIDs = Set(expected.map(\.tripID))
         var events = try await joinedSubscription(client, ["trip.ended."], heartbeatsFrom: [.trips])
         try await harness.post(fixes[0..<200])

@@ -1,4 +1,5 @@
 import Crypto
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Testing
@@ -66,7 +67,7 @@ struct GateHarness {
     }
 
     func outbox() async throws -> [[String: Any]] {
-        let client = BusClient(config: config, name: "test-outbox")
+        let client = BusClient(settings: config.process, name: "test-outbox")
         defer { Task { await client.shutdown() } }
         let reply = try await client.loop.request(ZMQEndpoint(config.layout.rpcEndpoint(.geofence)), body: Array(#"{"op":"outbox"}"#.utf8), timeout: .seconds(3))
         return (try JSONSerialization.jsonObject(with: Data(reply)) as? [String: Any])?["calls"] as? [[String: Any]] ?? []
@@ -82,7 +83,7 @@ struct GateHarness {
     @Test func aDriveThroughTheGateMakesExactlyOneSignedCall() async throws {
         let receiver = try WebhookReceiver(statuses: [200])
         let harness = try await GateHarness(receiver: receiver)
-        let client = BusClient(config: harness.config, name: "test")
+        let client = BusClient(settings: harness.config.process, name: "test")
         var events = try await joinedSubscription(client, ["geofence.", "gate."], heartbeatsFrom: [.geofence])
 
         _ = try await harness.drive(to: (48.2, 16.37), from: 200, through: 0, endAgo: 2)

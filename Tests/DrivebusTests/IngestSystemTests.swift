@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 #if canImport(FoundationNetworking)
@@ -60,7 +61,7 @@ struct ReplayReply: Decodable {
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 }, "\(ingest.stderr)")
 
         // Join the bus: once ingest's heartbeat arrives, its fixes and import reports will too.
-        let client = BusClient(config: config, name: "test")
+        let client = BusClient(settings: config.process, name: "test")
         var messages = try await joinedSubscription(client, ["fix.", "import.finished."], heartbeatsFrom: [.ingest])
 
         let overland = try JSONSerialization.jsonObject(with: try fixture("overland.json")) as! [String: Any]

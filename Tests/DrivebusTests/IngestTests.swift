@@ -1,3 +1,5 @@
+import DrivebusConfiguration
+import DrivebusJournal
 import DrivebusKit
 import Foundation
 import IngestCore

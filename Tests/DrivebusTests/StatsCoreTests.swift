@@ -2,6 +2,7 @@ import DrivebusGeo
 import DrivebusSchema
 import Foundation
 import StatsCore
+import StatsStore
 import Testing
 #if canImport(FoundationXML)
 import FoundationXML

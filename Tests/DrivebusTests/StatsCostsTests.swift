@@ -3,6 +3,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import StatsCore
+import StatsStore
 import StatsHTTP
 import Testing
 

@@ -4,6 +4,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import StatsCore
+import StatsStore
 import StatsHTTP
 import Testing
 #if canImport(FoundationXML)

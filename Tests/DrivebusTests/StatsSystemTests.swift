@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 #if canImport(FoundationNetworking)

@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Testing
@@ -219,7 +220,7 @@ final class WebhookReceiver: @unchecked Sendable {
 /// Waits until `service` answers `health` with `ok`: started and caught up with the journal, so
 /// that what is sent from now on reaches it live.
 func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws {
-    let client = BusClient(config: config, name: "test-wait")
+    let client = BusClient(settings: config.process, name: "test-wait")
     let live = await eventually(within: .seconds(20)) {
         (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300)))?.status == "ok"
     }

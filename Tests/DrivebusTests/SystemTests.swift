@@ -1,3 +1,4 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Testing
@@ -13,7 +14,7 @@ import Testing
         let dir = TempDir()
         let (path, config) = config(dir)
         let broker = try Child("drivebus-bus", ["--config", path])
-        let client = BusClient(config: config, name: "test")
+        let client = BusClient(settings: config.process, name: "test")
         var messages = try await client.subscribe(["fix.", "probe"]).makeAsyncIterator()
         let publisher = try await client.makePublisher(source: "ingest")
         // Wait until the subscription has reached the publisher through the broker.
@@ -57,7 +58,7 @@ import Testing
         let up = try Child("drivebus", ["up", "--config", path])
 
         // Heartbeats from all six services (and the bus) reach an outside subscriber.
-        let client = BusClient(config: config, name: "test")
+        let client = BusClient(settings: config.process, name: "test")
         var heartbeats = try await client.subscribe(["svc.heartbeat."]).makeAsyncIterator()
         var seen: [String: Heartbeat] = [:]
         let expected = Set(ServiceName.allCases.map(\.rawValue))
@@ -119,7 +120,7 @@ import Testing
         let dir = TempDir()
         let (path, config) = config(dir)
         let up = try Child("drivebus", ["up", "--config", path])
-        let client = BusClient(config: config, name: "test")
+        let client = BusClient(settings: config.process, name: "test")
         var pids: [Int32] = []
         _ = await eventually(within: .seconds(30)) {
             pids = (try? await ServiceName.allCases.asyncMap {
@@ -188,8 +189,8 @@ extension Sequence {
         }
         let path = dir.file("drivebus.yaml", yaml(client))
         let broker = try Child("drivebus-bus", ["--config", path])
-        let member = BusClient(config: try DrivebusConfig.parse(yaml: yaml(client)), name: "member")
-        let outsider = BusClient(config: try DrivebusConfig.parse(yaml: yaml(stranger)), name: "outsider")
+        let member = BusClient(settings: try DrivebusConfig.parse(yaml: yaml(client)).process, name: "member")
+        let outsider = BusClient(settings: try DrivebusConfig.parse(yaml: yaml(stranger)).process, name: "outsider")
         let publisher = try await member.makePublisher(source: "test")
         var admitted = try await member.subscribe(["probe"]).makeAsyncIterator()
         let refused = try await outsider.subscribe(["probe"])

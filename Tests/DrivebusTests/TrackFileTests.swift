@@ -5,7 +5,7 @@ import Testing
 
 @Suite struct TrackFileTests {
     @Test func readsTheViennaGPX() throws {
-        let points = try TrackFiles.read(path: fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path)
+        let points = try TrackFiles.read(Data(contentsOf: fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx")), name: "car_vienna_osm_1hz.gpx")
         #expect(points.count == 1525)
         #expect(points.allSatisfy { $0.time != nil })
         #expect(points[0] == TrackPoint(time: date("2021-11-03T16:19:50Z"), lat: 48.1230487, lon: 16.6098346, location: "trkpt 1 (line 4)"))
@@ -13,7 +13,7 @@ import Testing
     }
 
     @Test func readsTheLiverpoolCSV() throws {
-        let points = try TrackFiles.read(path: fixtures.appendingPathComponent("bus_liverpool_route14.csv").path)
+        let points = try TrackFiles.read(Data(contentsOf: fixtures.appendingPathComponent("bus_liverpool_route14.csv")), name: "bus_liverpool_route14.csv")
         #expect(points.count == 1533)
         #expect(points[0] == TrackPoint(time: date("2026-01-26T15:55:12Z"), lat: 53.4471850, lon: -2.9179900, courseDeg: 58, location: "line 2"))
     }

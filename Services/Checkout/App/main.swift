@@ -1,8 +1,9 @@
 import CheckoutCore
+import DrivebusConfiguration
 import DrivebusKit
 
-await ServiceRunner.main(.checkout) { context in
-    let configuration = context.config.checkout
+await ServiceRunner.main(.checkout, configuration: DrivebusConfig.self) { context, config in
+    let configuration = config.checkout
     let consumer = try JournalConsumer(
         context: context,
         initial: CheckoutDetector(configuration: configuration),

@@ -1,11 +1,12 @@
 import AsyncHTTPClient
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import GeofenceCore
 
-await ServiceRunner.main(.geofence) { context in
-    let configuration = context.config.geofence
-    let outbox = try Outbox(path: context.config.layout.dataDir + "/outbox.sqlite")
+await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { context, config in
+    let configuration = config.geofence
+    let outbox = try Outbox(path: config.layout.dataDir + "/outbox.sqlite")
     let delivery = GateDelivery(context: context, outbox: outbox, gates: configuration.gates, sender: WebhookSender(client: .shared))
     let consumer = try JournalConsumer(
         context: context,

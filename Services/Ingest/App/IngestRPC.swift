@@ -1,3 +1,4 @@
+import DrivebusJournal
 import DrivebusKit
 import Foundation
 import IngestCore

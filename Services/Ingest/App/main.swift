@@ -1,3 +1,5 @@
+import DrivebusConfiguration
+import DrivebusJournal
 import DrivebusKit
 import Foundation
 import Hummingbird
@@ -6,11 +8,11 @@ import Logging
 import ServiceLifecycle
 import NIOCore
 
-await ServiceRunner.main(.ingest) { context in
+await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context, config in
     let publisher = context.publisher
     let logger = context.logger
     // Called on the journal's writer thread after each group commit, in seq order.
-    let journal = try Journal(path: context.config.layout.dataDir + "/journal.log") { entry, record in
+    let journal = try Journal(path: config.layout.dataDir + "/journal.log") { entry, record in
         do {
             try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload)
         } catch {
@@ -18,10 +20,10 @@ await ServiceRunner.main(.ingest) { context in
         }
     }
     logger.info("journal open", metadata: ["path": "\(journal.path)", "last_seq": "\(journal.lastSeq)"])
-    let handler = IngestHandler(config: context.config, journal: journal)
-    let listen = context.config.ingest.listen
+    let handler = IngestHandler(config: config, journal: journal)
+    let listen = config.ingest.listen
     let http = Application(
-        responder: IngestResponder(handler: handler, maxBodyBytes: context.config.ingest.maxBodyBytes),
+        responder: IngestResponder(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
         configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "drivebus-ingest"),
         logger: logger
     )

@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 import Foundation
 
 /// Which device a request speaks for. The token decides; a client's own label never does.

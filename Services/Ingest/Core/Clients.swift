@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 import Foundation
 
 /// What one request carries, once parsed: records for the journal, and the client's own label

@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 
 /// Why a request was refused. Every error that comes from the input names the field, so the
 /// person setting up a phone app can see what to fix.

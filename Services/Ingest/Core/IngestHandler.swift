@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 import Foundation
 import Synchronization
 

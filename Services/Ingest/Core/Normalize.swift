@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 import Foundation
 
 /// One fix as a client described it, with the client's own field names kept for error messages,

@@ -1,4 +1,6 @@
-import DrivebusKit
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusSchema
 import Foundation
 #if canImport(FoundationXML)
 import FoundationXML
@@ -52,15 +54,13 @@ public struct TrackFileError: Error, Sendable, Equatable, CustomStringConvertibl
 /// or `timestamp` property; LineStrings with `coordTimes`) and CSV
 /// (`timestamp|time, latitude|lat, longitude|lon, speed?, altitude|ele?, bearing|course?`).
 public enum TrackFiles {
-    public static func read(path: String) throws(TrackFileError) -> [TrackPoint] {
-        guard let data = FileManager.default.contents(atPath: path) else {
-            throw TrackFileError(location: path, message: "cannot read the file")
-        }
-        switch URL(fileURLWithPath: path).pathExtension.lowercased() {
+    /// Reads a file's bytes in the format its name's extension says.
+    public static func read(_ data: Data, name: String) throws(TrackFileError) -> [TrackPoint] {
+        switch URL(fileURLWithPath: name).pathExtension.lowercased() {
         case "gpx": return try gpx(data)
         case "geojson", "json": return try geoJSON(Array(data))
         case "csv": return try csv(String(decoding: data, as: UTF8.self))
-        default: throw TrackFileError(location: path, message: "unknown format: use .gpx, .geojson, .json or .csv")
+        default: throw TrackFileError(location: name, message: "unknown format: use .gpx, .geojson, .json or .csv")
         }
     }
 

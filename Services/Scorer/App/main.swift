@@ -1,14 +1,16 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
+import ScorerCore
 
-await ServiceRunner.main(.scorer) { context in
-    let scorerConfiguration = context.config.scorer
+await ServiceRunner.main(.scorer, configuration: DrivebusConfig.self) { context, config in
+    let scorerConfiguration = config.scorer
     // Trips are derived here too (DriveDerivations); only the scores are published: the trips
     // service publishes the trips.
     let consumer = try JournalConsumer(
         context: context,
-        initial: DriveDerivations(trips: context.config.trips, scorer: scorerConfiguration),
-        configure: { [tripsConfiguration = context.config.trips] in
+        initial: DriveDerivations(trips: config.trips, scorer: scorerConfiguration),
+        configure: { [tripsConfiguration = config.trips] in
             $0.scorer.configuration = scorerConfiguration
             $0.segmenter.configuration = tripsConfiguration
         },

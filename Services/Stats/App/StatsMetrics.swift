@@ -2,6 +2,7 @@ import DrivebusKit
 import Foundation
 import Prometheus
 import StatsCore
+import StatsStore
 
 /// `GET /metrics`: every service's work, from the heartbeats, and the store's own.
 final class StatsMetrics: Sendable {

@@ -1,8 +1,12 @@
+import DrivebusConfiguration
 import DrivebusKit
+import ScorerCore
+import TripsCore
 import Foundation
 import Logging
 import ServiceLifecycle
 import StatsCore
+import StatsStore
 import Synchronization
 
 /// Stats derives trips and scores itself from the journal (`DriveDerivations`), so the database
@@ -22,11 +26,16 @@ final class StatsRecorder: Service, Sendable {
     private let derivations: Mutex<StatsDerivations>
     private nonisolated(unsafe) var lastStateSave = ContinuousClock.now  // only touched by run()
 
-    init(context: ServiceContext, store: StatsStore, metrics: StatsMetrics) {
+    private let tripsConfiguration: TripsConfiguration
+    private let scorerConfiguration: ScorerConfiguration
+
+    init(context: ServiceContext, config: DrivebusConfig, store: StatsStore, metrics: StatsMetrics) {
         self.context = context
+        tripsConfiguration = config.trips
+        scorerConfiguration = config.scorer
         self.store = store
         self.metrics = metrics
-        derivations = Mutex(DriveDerivations(trips: context.config.trips, scorer: context.config.scorer))
+        derivations = Mutex(DriveDerivations(trips: config.trips, scorer: config.scorer))
     }
 
     var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
@@ -36,7 +45,6 @@ final class StatsRecorder: Service, Sendable {
         let cursor = try await store.journalCursor()
         seq.store(cursor.seq, ordering: .relaxed)
         if let state = cursor.state, let restored = try? JSONDecoder().decode(StatsDerivations.self, from: state) {
-            let (scorerConfiguration, tripsConfiguration) = (context.config.scorer, context.config.trips)
             derivations.withLock {
                 $0 = restored
                 $0.scorer.configuration = scorerConfiguration

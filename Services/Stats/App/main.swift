@@ -1,13 +1,14 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import Hummingbird
 import Prometheus
 import ServiceLifecycle
 import StatsCore
+import StatsStore
 import StatsHTTP
 
-await ServiceRunner.main(.stats) { context in
-    let config = context.config
+await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, config in
     var homes: [String: StatsStore.Configuration.Home] = [:]
     for device in config.devices {
         guard let home = device.home, let zone = config.geofence.zones.first(where: { $0.id == home }) else { continue }
@@ -29,7 +30,7 @@ await ServiceRunner.main(.stats) { context in
     try costs.validate()
     let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))
     let metrics = StatsMetrics()
-    let recorder = StatsRecorder(context: context, store: store, metrics: metrics)
+    let recorder = StatsRecorder(context: context, config: config, store: store, metrics: metrics)
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM)),

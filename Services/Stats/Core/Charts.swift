@@ -2,19 +2,25 @@ import Foundation
 
 /// Small SVG charts drawn on the server: the dashboard's bars and the route profiles. No
 /// scripts and no fonts beyond the system's, so they work on a LAN without internet.
-enum Charts {
-    struct Series {
-        var name: String
-        var color: String
-        var values: [Double]
+package enum Charts {
+    package struct Series {
+        package var name: String
+        package var color: String
+        package var values: [Double]
+
+        package init(name: String, color: String, values: [Double]) {
+            self.name = name
+            self.color = color
+            self.values = values
+        }
     }
 
-    static func px(_ value: Double) -> String { Decimal64.text(value.isFinite ? value : 0, places: 1) }
+    package static func px(_ value: Double) -> String { Decimal64.text(value.isFinite ? value : 0, places: 1) }
 
-    static func escape(_ text: String) -> String { Markup.escape(text) }
+    package static func escape(_ text: String) -> String { Markup.escape(text) }
 
     /// 1, 2 or 5 times a power of ten, at least `raw`.
-    static func niceStep(_ raw: Double) -> Double {
+    package static func niceStep(_ raw: Double) -> Double {
         guard raw.isFinite, raw > 0 else { return 1 }
         let magnitude = pow(10, floor(log10(raw)))
         return [1.0, 2, 5, 10].map { $0 * magnitude }.first { $0 >= raw * 0.999_999 } ?? 10 * magnitude
@@ -22,7 +28,7 @@ enum Charts {
 
     /// An axis from `lower` to `upper` in about `count` round steps.
     /// `minStep` keeps counts from getting ticks like 0.5.
-    static func axis(_ lower: Double, _ upper: Double, count: Int, minStep: Double = 0) -> (lower: Double, upper: Double, step: Double) {
+    package static func axis(_ lower: Double, _ upper: Double, count: Int, minStep: Double = 0) -> (lower: Double, upper: Double, step: Double) {
         var lower = lower, upper = upper
         if !(upper > lower) { upper = lower + max(1, minStep * Double(count)) }
         let step = max(minStep, niceStep((upper - lower) / Double(max(1, count))))
@@ -32,7 +38,7 @@ enum Charts {
     }
 
     /// A label that may hold a second line after "\n".
-    static func label(x: Double, y: Double, _ text: String, anchor: String = "middle", extra: String = "") -> String {
+    package static func label(x: Double, y: Double, _ text: String, anchor: String = "middle", extra: String = "") -> String {
         let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
         var out = "<text x=\"\(px(x))\" y=\"\(px(y))\" text-anchor=\"\(anchor)\"\(extra)>"
         for (index, line) in lines.enumerated() {
@@ -42,7 +48,7 @@ enum Charts {
     }
 
     /// Bars for one series, or several side by side per label. Values may be negative.
-    static func bars(
+    package static func bars(
         labels: [String], series: [Series], tooltips: [[String]]? = nil, highlight: Int? = nil, width: Double, height: Double,
         tick: (Double) -> String, minStep: Double = 1, title: String, empty: String, legend: Bool = false
     ) -> String {
@@ -93,7 +99,7 @@ enum Charts {
 
     /// Every route's elevation profile in its rank colour, flattest drawn last (on top), with
     /// both axes in metres and a legend in rank order.
-    static func profiles(_ ranked: [RankedRoute], width: Double, height: Double, standalone: Bool) -> String {
+    package static func profiles(_ ranked: [RankedRoute], width: Double, height: Double, standalone: Bool) -> String {
         let width = max(300, min(10_000, width)), height = max(200, min(10_000, height))
         let legendH = 20.0 * Double(ranked.count) + 8
         let left = 72.0, right = 24.0, top = 16.0 + legendH, bottom = 56.0

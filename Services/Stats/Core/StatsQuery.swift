@@ -63,8 +63,8 @@ public struct StatsQuery: Sendable, Equatable {
         self.to = to
     }
 
-    var fromMs: Int64 { from.map(milliseconds) ?? Int64.min / 2 }
-    var toMs: Int64 { to.map(milliseconds) ?? Int64.max / 2 }
+    package var fromMs: Int64 { from.map(milliseconds) ?? Int64.min / 2 }
+    package var toMs: Int64 { to.map(milliseconds) ?? Int64.max / 2 }
 
     /// Reads `device`, `from` and `to` from query parameters; other names are left to the caller.
     public static func parse(_ parameters: StatsParameters) throws(StatsError) -> StatsQuery {

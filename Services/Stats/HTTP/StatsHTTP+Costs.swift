@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 import StatsCore
+import StatsStore
 
 /// Issue 9: costs, the expenses ledger, route ranking and the dashboard.
 func addCostsRankingAndDashboard(to router: Router<BasicRequestContext>, store: StatsStore, configuration: StatsHTTPConfiguration) {

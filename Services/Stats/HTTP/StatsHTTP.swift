@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import NIOCore
 import StatsCore
+import StatsStore
 
 /// How the stats HTTP API serves its routes.
 public struct StatsHTTPConfiguration: Sendable {

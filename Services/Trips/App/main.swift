@@ -1,12 +1,13 @@
+import DrivebusConfiguration
 import DrivebusKit
 import Foundation
 import TripsCore
 
-await ServiceRunner.main(.trips) { context in
+await ServiceRunner.main(.trips, configuration: DrivebusConfig.self) { context, config in
     let consumer = try JournalConsumer(
         context: context,
-        initial: TripSegmenter(configuration: context.config.trips),
-        configure: { [configuration = context.config.trips] in $0.configuration = configuration },
+        initial: TripSegmenter(configuration: config.trips),
+        configure: { [configuration = config.trips] in $0.configuration = configuration },
         apply: { segmenter, message, _ in
             guard let input = TripsInput(message) else { return [] }
             return segmenter.handle(input, arrivedAt: Date()).compactMap(\.derived)

@@ -22,11 +22,11 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
 
 /// Reads one YAML mapping while tracking the key path, so every error names the key, and
 /// refusing keys it does not know, so a typo is never silently ignored.
-struct ConfigMapping {
-    let path: String
+package struct ConfigMapping {
+    package let path: String
     private let entries: [String: Node]
 
-    init(_ node: Node?, path: String, allowed: Set<String>) throws(ConfigError) {
+    package init(_ node: Node?, path: String, allowed: Set<String>) throws(ConfigError) {
         self.path = path
         guard let node else {
             entries = [:]
@@ -52,20 +52,20 @@ struct ConfigMapping {
         self.entries = entries
     }
 
-    static func join(_ path: String, _ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+    package static func join(_ path: String, _ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
 
-    func keyPath(_ key: String) -> String { Self.join(path, key) }
+    package func keyPath(_ key: String) -> String { Self.join(path, key) }
 
-    func has(_ key: String) -> Bool { entries[key] != nil && entries[key]?.null == nil }
+    package func has(_ key: String) -> Bool { entries[key] != nil && entries[key]?.null == nil }
 
-    func node(_ key: String) -> Node? { entries[key] }
+    package func node(_ key: String) -> Node? { entries[key] }
 
-    func mapping(_ key: String, allowed: Set<String>) throws(ConfigError) -> ConfigMapping {
+    package func mapping(_ key: String, allowed: Set<String>) throws(ConfigError) -> ConfigMapping {
         try ConfigMapping(entries[key], path: keyPath(key), allowed: allowed)
     }
 
     /// The items of a sequence, each with its path (`devices[0]`).
-    func sequence(_ key: String) throws(ConfigError) -> [(node: Node, path: String)] {
+    package func sequence(_ key: String) throws(ConfigError) -> [(node: Node, path: String)] {
         guard let node = entries[key], node.null == nil else { return [] }
         guard case .sequence(let items) = node else {
             throw ConfigError(path: keyPath(key), reason: "expected a list")
@@ -73,7 +73,7 @@ struct ConfigMapping {
         return items.enumerated().map { ($0.element, "\(keyPath(key))[\($0.offset)]") }
     }
 
-    func string(_ key: String) throws(ConfigError) -> String? {
+    package func string(_ key: String) throws(ConfigError) -> String? {
         guard let node = entries[key], node.null == nil else { return nil }
         guard case .scalar(let scalar) = node else {
             throw ConfigError(path: keyPath(key), reason: "expected a string")
@@ -81,18 +81,18 @@ struct ConfigMapping {
         return scalar.string
     }
 
-    func string(_ key: String, default value: String) throws(ConfigError) -> String {
+    package func string(_ key: String, default value: String) throws(ConfigError) -> String {
         try string(key) ?? value
     }
 
-    func requiredString(_ key: String) throws(ConfigError) -> String {
+    package func requiredString(_ key: String) throws(ConfigError) -> String {
         guard let value = try string(key), !value.isEmpty else {
             throw ConfigError(path: keyPath(key), reason: "is required")
         }
         return value
     }
 
-    func double(_ key: String, default value: Double, in range: ClosedRange<Double>) throws(ConfigError) -> Double {
+    package func double(_ key: String, default value: Double, in range: ClosedRange<Double>) throws(ConfigError) -> Double {
         guard let node = entries[key], node.null == nil else { return value }
         guard let number = node.float, number.isFinite else {
             throw ConfigError(path: keyPath(key), reason: "expected a number, got \(describe(node))")
@@ -103,7 +103,7 @@ struct ConfigMapping {
         return number
     }
 
-    func int(_ key: String, default value: Int, in range: ClosedRange<Int>) throws(ConfigError) -> Int {
+    package func int(_ key: String, default value: Int, in range: ClosedRange<Int>) throws(ConfigError) -> Int {
         guard let node = entries[key], node.null == nil else { return value }
         guard let number = node.int else {
             throw ConfigError(path: keyPath(key), reason: "expected an integer, got \(describe(node))")
@@ -114,7 +114,7 @@ struct ConfigMapping {
         return number
     }
 
-    func bool(_ key: String, default value: Bool) throws(ConfigError) -> Bool {
+    package func bool(_ key: String, default value: Bool) throws(ConfigError) -> Bool {
         guard let node = entries[key], node.null == nil else { return value }
         guard let flag = node.bool else {
             throw ConfigError(path: keyPath(key), reason: "expected true or false, got \(describe(node))")

@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// Daily or monthly figures. Days are UTC days: a trip counts on the day it started, and time

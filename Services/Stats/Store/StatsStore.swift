@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// One message from the bus, as the stats service keeps it.
@@ -317,14 +318,3 @@ enum StatsSchema {
         return migrator
     }
 }
-
-/// Milliseconds since 1970, the unit of every time column.
-@inline(__always)
-func milliseconds(_ date: Date) -> Int64 {
-    let ms = (date.timeIntervalSince1970 * 1000).rounded()
-    // Clamped so that an absurd date cannot trap; validation refuses such times anyway.
-    return ms.isFinite ? Int64(max(-9e15, min(9e15, ms))) : 0
-}
-
-@inline(__always)
-func msDate(_ ms: Int64) -> Date { Date(timeIntervalSince1970: Double(ms) / 1000) }

@@ -1,55 +1,9 @@
+import DrivebusSettings
 import DrivebusZMQ
 import Foundation
 import Glibc
 
-/// The processes drivebus runs, by their names on the bus.
-public enum ServiceName: String, CaseIterable, Sendable {
-    case bus, ingest, trips, geofence, checkout, scorer, stats
-
-    /// The executable that runs it.
-    public var executable: String { "drivebus-\(rawValue)" }
-}
-
-/// `state_dir` and what lives in it:
-/// - `run/` (mode 0700): the ipc sockets and the instance locks;
-/// - `data/`: journal, database, checkpoints, webhook outbox.
-public struct StateLayout: Sendable, Equatable {
-    /// `sockaddr_un.sun_path` holds 108 bytes including the terminating NUL.
-    public static let maxSocketPathBytes = 107
-
-    public let stateDir: String
-    public var runDir: String { stateDir + "/run" }
-    public var dataDir: String { stateDir + "/data" }
-
-    public init(stateDir: String) { self.stateDir = stateDir }
-
-    public func socketPath(_ name: String) -> String { "\(runDir)/\(name)" }
-
-    public func rpcEndpoint(_ service: ServiceName) -> String { "ipc://" + socketPath("\(service.rawValue).rpc") }
-
-    /// Every ipc socket path drivebus binds.
-    public var socketPaths: [String] {
-        ["bus.in", "bus.out"].map(socketPath) + ServiceName.allCases.map { socketPath("\($0.rawValue).rpc") }
-    }
-
-    /// Creates `run/` and `data/`, and makes `run/` private whatever it was before.
-    public func prepare() throws(ConfigError) {
-        for (dir, mode) in [(stateDir, mode_t(0o755)), (runDir, mode_t(0o700)), (dataDir, mode_t(0o700))] {
-            do {
-                try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-            } catch {
-                throw ConfigError(path: "state_dir", reason: "cannot create \(dir): \(error.localizedDescription)")
-            }
-            if dir != stateDir, chmod(dir, mode) != 0 {
-                throw ConfigError(path: "state_dir", reason: "cannot set mode \(String(mode, radix: 8)) on \(dir): \(String(cString: strerror(errno)))")
-            }
-        }
-    }
-}
-
-extension DrivebusConfig {
-    public var layout: StateLayout { StateLayout(stateDir: stateDir) }
-
+extension ProcessSettings {
     /// Where publishers connect and subscribers listen, with CURVE for `tcp://`.
     public func busEndpoints(asBroker: Bool = false) -> (in: ZMQEndpoint, out: ZMQEndpoint) {
         func endpoint(_ configured: String?, _ socket: String) -> ZMQEndpoint {
@@ -63,14 +17,6 @@ extension DrivebusConfig {
             return ZMQEndpoint(address, curve: .client(serverPublicKey: curve.serverPublicKey, own: own))
         }
         return (endpoint(bus.inEndpoint, "bus.in"), endpoint(bus.outEndpoint, "bus.out"))
-    }
-
-    func validateSocketPaths() throws(ConfigError) {
-        for path in layout.socketPaths where path.utf8.count > StateLayout.maxSocketPathBytes {
-            throw ConfigError(
-                path: "state_dir",
-                reason: "socket path \(path) is \(path.utf8.count) bytes, over the \(StateLayout.maxSocketPathBytes) that Unix sockets allow; choose a shorter state_dir")
-        }
     }
 }
 

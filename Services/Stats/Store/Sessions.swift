@@ -1,5 +1,6 @@
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// One driving-school session with its trips, scores and events.

@@ -1,5 +1,6 @@
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// The `costs:` section: the own car's ledger and the car-sharing tariffs it is compared with.

@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// Turns stored events into the rows the API reads. Payloads are read generically (field names
@@ -345,11 +346,5 @@ struct FixRow {
         self.speedMps = speedMps
         self.courseDeg = courseDeg
         self.seq = seq
-    }
-}
-
-extension Coordinate {
-    static func isValid(lat: Double, lon: Double) -> Bool {
-        lat.isFinite && lon.isFinite && (-90...90).contains(lat) && (-180...180).contains(lon)
     }
 }

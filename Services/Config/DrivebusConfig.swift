@@ -3,7 +3,8 @@ import GeofenceCore
 import ScorerCore
 import TripsCore
 import DrivebusSchema
-import DrivebusZMQ
+import DrivebusSettings
+import DrivebusGeo
 import Foundation
 import Logging
 import Yams
@@ -12,14 +13,11 @@ import Yams
 /// and validates the whole file, so a typo anywhere stops every process with the same message.
 public struct DrivebusConfig: Sendable, Equatable {
     /// Absolute; relative paths in the file are taken from the working directory.
-    public var stateDir: String
-    public var logLevel: Logger.Level
-    public var heartbeatIntervalS: Double
-    public var bus: Bus
+    /// What every process needs: state directory, logging, heartbeat, bus, supervisor.
+    public var process: ProcessSettings
     public var devices: [Device]
     public var ingest: Ingest
     public var stats: Stats
-    public var supervisor: Supervisor
     public var checkout: CheckoutConfiguration
     /// Zones, gates and the `geofence:` thresholds.
     public var geofence: GeofenceConfiguration
@@ -49,23 +47,6 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var rentalKeepS = 7200.0
         public var expenses: [Expense] = []
         public var rentals: [Rental] = []
-    }
-
-    public struct Bus: Sendable, Equatable {
-        /// Where publishers connect; `nil` means `ipc://STATE/run/bus.in`.
-        public var inEndpoint: String?
-        /// Where subscribers connect; `nil` means `ipc://STATE/run/bus.out`.
-        public var outEndpoint: String?
-        /// Required when either endpoint is `tcp://`.
-        public var curve: Curve?
-
-        public struct Curve: Sendable, Equatable {
-            public var serverPublicKey: String
-            /// Only the machine that runs `drivebus-bus` needs it.
-            public var serverSecretKey: String?
-            public var clientPublicKey: String
-            public var clientSecretKey: String
-        }
     }
 
     public struct Device: Sendable, Equatable {
@@ -106,27 +87,13 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var maxGapS = 3600.0
     }
 
-    /// How `drivebus up` restarts a child that died.
-    public struct Supervisor: Sendable, Equatable {
-        public var restartInitialS = 0.5
-        public var restartMaxS = 30.0
-        /// A child that ran this long before dying is restarted at the initial delay again.
-        public var stableAfterS = 60.0
-        /// How long children get to exit after SIGTERM before SIGKILL.
-        public var stopTimeoutS = 10.0
-    }
-
     /// The built-in defaults: one home, everything on loopback, state under `./var`.
     public static func defaults(workingDirectory: String = FileManager.default.currentDirectoryPath) -> DrivebusConfig {
         DrivebusConfig(
-            stateDir: absolute("var", from: workingDirectory),
-            logLevel: .info,
-            heartbeatIntervalS: 2,
-            bus: Bus(),
+            process: ProcessSettings(workingDirectory: workingDirectory),
             devices: [],
             ingest: Ingest(),
             stats: Stats(),
-            supervisor: Supervisor(),
             checkout: CheckoutConfiguration(),
             geofence: GeofenceConfiguration(),
             trips: TripsConfiguration(),
@@ -135,58 +102,29 @@ public struct DrivebusConfig: Sendable, Equatable {
         )
     }
 
-    static func absolute(_ path: String, from directory: String) -> String {
-        let expanded = NSString(string: path).expandingTildeInPath
-        let joined = expanded.hasPrefix("/") ? expanded : directory + "/" + expanded
-        return URL(fileURLWithPath: joined).standardizedFileURL.path
-    }
+}
+
+extension DrivebusConfig {
+    public var stateDir: String { process.stateDir }
+    public var layout: StateLayout { process.layout }
+    public var logLevel: Logger.Level { process.logLevel }
 }
 
 // MARK: - Loading
 
 extension DrivebusConfig {
-    /// Where the config came from, for the start-up log line.
-    public enum Origin: Sendable, Equatable, CustomStringConvertible {
-        case file(String)
-        case builtInDefaults
-
-        public var description: String {
-            switch self {
-            case .file(let path): path
-            case .builtInDefaults: "built-in defaults"
-            }
-        }
-    }
-
-    /// Finds the config: `--config`, then `$DRIVEBUS_CONFIG`, then `./drivebus.yaml`, then the
-    /// built-in defaults. A file named explicitly must exist.
+    /// Finds the config (see `ConfigFile.locate`) and parses it, or takes the built-in defaults.
     public static func load(
         explicitPath: String?,
         environment: [String: String] = ProcessInfo.processInfo.environment,
         workingDirectory: String = FileManager.default.currentDirectoryPath
-    ) throws(ConfigError) -> (DrivebusConfig, Origin) {
-        let candidates: [(path: String, mustExist: Bool)] = [
-            explicitPath.map { ($0, true) },
-            environment["DRIVEBUS_CONFIG"].flatMap { $0.isEmpty ? nil : ($0, true) },
-            ("drivebus.yaml", false),
-        ].compactMap { $0 }
-        for candidate in candidates {
-            let path = absolute(candidate.path, from: workingDirectory)
-            guard FileManager.default.fileExists(atPath: path) else {
-                if candidate.mustExist { throw ConfigError(path: "", reason: "config file \(path) does not exist") }
-                continue
-            }
-            guard let data = FileManager.default.contents(atPath: path) else {
-                throw ConfigError(path: "", reason: "cannot read config file \(path)")
-            }
-            guard let text = String(data: data, encoding: .utf8) else {
-                throw ConfigError(path: "", reason: "config file \(path) is not UTF-8")
-            }
-            return (try parse(yaml: text, workingDirectory: workingDirectory), .file(path))
+    ) throws(ConfigError) -> (DrivebusConfig, ConfigOrigin) {
+        guard let file = try ConfigFile.locate(explicitPath: explicitPath, environment: environment, workingDirectory: workingDirectory) else {
+            let config = defaults(workingDirectory: workingDirectory)
+            try config.process.validateSocketPaths()
+            return (config, .builtInDefaults)
         }
-        let config = defaults(workingDirectory: workingDirectory)
-        try config.validateSocketPaths()
-        return (config, .builtInDefaults)
+        return (try parse(yaml: file.text, workingDirectory: workingDirectory), .file(file.path))
     }
 
     public static func parse(yaml: String, workingDirectory: String = FileManager.default.currentDirectoryPath) throws(ConfigError) -> DrivebusConfig {
@@ -201,18 +139,7 @@ extension DrivebusConfig {
             "zones", "gates", "geofence", "trips", "scorer", "costs",
         ])
         var config = defaults(workingDirectory: workingDirectory)
-        if let stateDir = try top.string("state_dir") {
-            guard !stateDir.isEmpty else { throw ConfigError(path: "state_dir", reason: "must not be empty") }
-            config.stateDir = absolute(stateDir, from: workingDirectory)
-        }
-        if let level = try top.string("log_level") {
-            guard let parsed = Logger.Level(rawValue: level.lowercased()) else {
-                throw ConfigError(path: "log_level", reason: "expected one of trace, debug, info, notice, warning, error, critical, got \"\(level)\"")
-            }
-            config.logLevel = parsed
-        }
-        config.heartbeatIntervalS = try top.double("heartbeat_interval_s", default: 2, in: 0.1...60)
-        config.bus = try parseBus(top.mapping("bus", allowed: ["in", "out", "curve"]))
+        config.process = try ProcessSettings.parse(top, workingDirectory: workingDirectory)
         config.devices = try parseDevices(top)
         let ingest = try top.mapping("ingest", allowed: ["listen", "max_body_bytes"])
         config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
@@ -220,11 +147,6 @@ extension DrivebusConfig {
         let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s"])
         config.stats.listen = try parseListen(stats, default: config.stats.listen)
         config.stats.maxGapS = try stats.double("max_gap_s", default: config.stats.maxGapS, in: 1...31_536_000)
-        let supervisor = try top.mapping("supervisor", allowed: ["restart_initial_s", "restart_max_s", "stable_after_s", "stop_timeout_s"])
-        config.supervisor.restartInitialS = try supervisor.double("restart_initial_s", default: 0.5, in: 0.01...60)
-        config.supervisor.restartMaxS = try supervisor.double("restart_max_s", default: 30, in: config.supervisor.restartInitialS...3600)
-        config.supervisor.stableAfterS = try supervisor.double("stable_after_s", default: 60, in: 0...86_400)
-        config.supervisor.stopTimeoutS = try supervisor.double("stop_timeout_s", default: 10, in: 0.1...300)
         config.checkout = try parseCheckout(top.mapping("checkout", allowed: [
             "grace_period_s", "lead_time_s", "min_confidence", "max_ride_s", "riding_speed_mps",
             "walking_speed_min_mps", "walking_speed_max_mps", "max_accuracy_m", "motion_memory_s",
@@ -233,11 +155,11 @@ extension DrivebusConfig {
         config.trips = try parseTrips(top)
         config.scorer = try parseScorer(top, zones: config.geofence.zones)
         config.costs = try parseCosts(top.mapping("costs", allowed: ["currency", "rental_keep_s", "own_car", "rentals"]))
-        try config.validateSocketPaths()
+        try config.process.validateSocketPaths()
         return config
     }
 
-    private static func parseGeofence(_ top: ConfigMapping, devices: [Device]) throws(ConfigError) -> GeofenceConfiguration {
+    static func parseGeofence(_ top: ConfigMapping, devices: [Device]) throws(ConfigError) -> GeofenceConfiguration {
         let section = try top.mapping("geofence", allowed: ["hysteresis_m", "min_dwell_s"])
         var geofence = GeofenceConfiguration()
         geofence.hysteresisM = try section.double("hysteresis_m", default: geofence.hysteresisM, in: 0...10_000)
@@ -326,7 +248,7 @@ extension DrivebusConfig {
         return geofence
     }
 
-    private static func parseTrips(_ top: ConfigMapping) throws(ConfigError) -> TripsConfiguration {
+    static func parseTrips(_ top: ConfigMapping) throws(ConfigError) -> TripsConfiguration {
         let keys: [(String, WritableKeyPath<TripsConfiguration, Double>)] = [
             ("min_distance_m", \.minDistanceM), ("min_duration_s", \.minDurationS), ("stop_gap_s", \.stopGapS),
             ("max_speed_mps", \.maxSpeedMps), ("max_accuracy_m", \.maxAccuracyM), ("idle_close_s", \.idleCloseS),
@@ -344,7 +266,7 @@ extension DrivebusConfig {
         return trips
     }
 
-    private static func parseScorer(_ top: ConfigMapping, zones: [Zone]) throws(ConfigError) -> ScorerConfiguration {
+    static func parseScorer(_ top: ConfigMapping, zones: [Zone]) throws(ConfigError) -> ScorerConfiguration {
         let keys: [(String, WritableKeyPath<ScorerConfiguration, Double>)] = [
             ("harsh_brake_mps2", \.harshBrakeMps2), ("harsh_accel_mps2", \.harshAccelMps2), ("harsh_corner_mps2", \.harshCornerMps2),
             ("corner_min_speed_mps", \.cornerMinSpeedMps), ("speeding_tolerance", \.speedingTolerance),
@@ -378,7 +300,7 @@ extension DrivebusConfig {
         return scorer
     }
 
-    private static func parseCosts(_ section: ConfigMapping) throws(ConfigError) -> Costs {
+    static func parseCosts(_ section: ConfigMapping) throws(ConfigError) -> Costs {
         var costs = Costs()
         costs.currency = try section.string("currency", default: costs.currency)
         costs.rentalKeepS = try section.double("rental_keep_s", default: costs.rentalKeepS, in: 0...2_592_000)
@@ -406,7 +328,7 @@ extension DrivebusConfig {
         return costs
     }
 
-    private static func parseCheckout(_ section: ConfigMapping) throws(ConfigError) -> CheckoutConfiguration {
+    static func parseCheckout(_ section: ConfigMapping) throws(ConfigError) -> CheckoutConfiguration {
         var checkout = CheckoutConfiguration()
         checkout.gracePeriodS = try section.double("grace_period_s", default: checkout.gracePeriodS, in: 0...3600)
         checkout.leadTimeS = try section.double("lead_time_s", default: checkout.leadTimeS, in: 1...3600)
@@ -425,42 +347,7 @@ extension DrivebusConfig {
         return checkout
     }
 
-    private static func parseBus(_ bus: ConfigMapping) throws(ConfigError) -> Bus {
-        var result = Bus()
-        for key in ["in", "out"] {
-            guard let endpoint = try bus.string(key) else { continue }
-            guard endpoint.hasPrefix("ipc://") || endpoint.hasPrefix("tcp://") else {
-                throw ConfigError(path: bus.keyPath(key), reason: "expected an ipc:// or tcp:// endpoint, got \"\(endpoint)\"")
-            }
-            if key == "in" { result.inEndpoint = endpoint } else { result.outEndpoint = endpoint }
-        }
-        if bus.has("curve") {
-            let curve = try bus.mapping("curve", allowed: ["server_public_key", "server_secret_key", "client_public_key", "client_secret_key"])
-            func key(_ name: String, required: Bool) throws(ConfigError) -> String? {
-                guard let value = try curve.string(name) else {
-                    if required { throw ConfigError(path: curve.keyPath(name), reason: "is required for CURVE") }
-                    return nil
-                }
-                guard value.utf8.count == 40 else {
-                    throw ConfigError(path: curve.keyPath(name), reason: "expected a 40-character Z85 key (see `drivebus keygen`)")
-                }
-                return value
-            }
-            result.curve = Bus.Curve(
-                serverPublicKey: try key("server_public_key", required: true)!,
-                serverSecretKey: try key("server_secret_key", required: false),
-                clientPublicKey: try key("client_public_key", required: true)!,
-                clientSecretKey: try key("client_secret_key", required: true)!
-            )
-        }
-        let usesTCP = [result.inEndpoint, result.outEndpoint].contains { $0?.hasPrefix("tcp://") == true }
-        if usesTCP && result.curve == nil {
-            throw ConfigError(path: bus.keyPath("curve"), reason: "is required when the bus uses tcp:// (traffic between machines is encrypted and authenticated)")
-        }
-        return result
-    }
-
-    private static func parseDevices(_ top: ConfigMapping) throws(ConfigError) -> [Device] {
+    static func parseDevices(_ top: ConfigMapping) throws(ConfigError) -> [Device] {
         var devices: [Device] = []
         var seenTokens: [String: String] = [:]
         for (node, path) in try top.sequence("devices") {
@@ -491,7 +378,7 @@ extension DrivebusConfig {
         return devices
     }
 
-    private static func parseListen(_ section: ConfigMapping, default value: Listen) throws(ConfigError) -> Listen {
+    static func parseListen(_ section: ConfigMapping, default value: Listen) throws(ConfigError) -> Listen {
         guard let text = try section.string("listen") else { return value }
         let path = section.keyPath("listen")
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
@@ -501,5 +388,11 @@ extension DrivebusConfig {
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty else { throw ConfigError(path: path, reason: "expected HOST:PORT, the host is missing in \"\(text)\"") }
         return Listen(host: host, port: port)
+    }
+}
+
+extension DrivebusConfig: ServiceConfiguration {
+    public static func load(explicitPath: String?) throws(ConfigError) -> (DrivebusConfig, ConfigOrigin) {
+        try load(explicitPath: explicitPath, environment: ProcessInfo.processInfo.environment)
     }
 }

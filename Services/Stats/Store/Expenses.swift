@@ -1,5 +1,6 @@
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// What `POST /api/v1/costs/expenses` did.

@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// The map of all drives (the "spider web"): every trip's track from `trip.ended`, simplified

@@ -1,4 +1,5 @@
 import Foundation
+import StatsCore
 import GRDB
 import GRDBSQLite
 

@@ -1,4 +1,4 @@
-import DrivebusKit
+import DrivebusSchema
 import Foundation
 import Glibc
 import Synchronization

@@ -1,5 +1,6 @@
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// What `GET /` shows, and for when.

@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// A stored trip with its score and driving-school session, as `/api/v1/trips` lists it.

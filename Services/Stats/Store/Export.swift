@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import Foundation
+import StatsCore
 import GRDB
 
 /// The streamed exports. Each reads a SQLite cursor and writes chunks as it goes, so a year of

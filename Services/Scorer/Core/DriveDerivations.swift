@@ -1,39 +1,11 @@
 import DrivebusSchema
 import Foundation
-import ScorerCore
 import TripsCore
 
-// How journal messages feed the cores, and how their outputs go on the bus. Kept in one place
-// because the scorer runs the trips segmenter too.
-
-extension TripsInput {
-    /// The segmenter's input for a journal message, or nil for types it does not take.
-    public init?(_ message: JournalMessage) {
-        switch message.type {
-        case "fix":
-            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return nil }
-            self = .fix(fix)
-        case "motion":
-            guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return nil }
-            self = .motion(sample)
-        case "import.finished":
-            guard let finished = try? BusJSON.decode(ImportFinished.self, from: message.payload) else { return nil }
-            self = .importFinished(finished)
-        default:
-            return nil
-        }
-    }
-}
+// The scorer runs the trips segmenter too, and so does stats: both feed the same journal to both
+// cores, here.
 
 extension TripsOutput {
-    public var derived: DerivedEvent? {
-        switch self {
-        case .started(let started): try? DerivedEvent(type: type, device: device, id: eventID, payload: started)
-        case .ended(let ended): try? DerivedEvent(type: type, device: device, id: eventID, payload: ended)
-        case .silent(let silent): try? DerivedEvent(type: type, device: device, id: eventID, payload: silent)
-        }
-    }
-
     /// The trip as the scorer sees it.
     public var scorerInput: ScorerInput? {
         switch self {
