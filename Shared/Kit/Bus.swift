@@ -170,7 +170,9 @@ public final class Publisher: Sendable {
     }
 
     @discardableResult
-    public func publish(_ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+    public func publish(
+        _ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date = Date(), logSeq: UInt64? = nil
+    ) throws -> EnvelopeHeader {
         guard Topic.isValidType(type) else { throw PublishError.invalidType(type) }
         if let device, !DeviceID.isValid(device) { throw PublishError.invalidDevice(device) }
         if let id, !id.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
@@ -181,7 +183,7 @@ public final class Publisher: Sendable {
         return seq.withLock { seq in
             seq += 1
             let header = EnvelopeHeader(
-                id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time)
+                id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time, logSeq: logSeq)
             loop.send([topic, header.encoded(), payloadJSON], on: socket)
             return header
         }

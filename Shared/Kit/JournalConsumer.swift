@@ -5,10 +5,12 @@ import ServiceLifecycle
 import Synchronization
 
 /// Runs a pure core over the journal, exactly once per seq, across restarts:
-/// - on start it loads the checkpoint (the core's state, which includes its last seq), subscribes,
-///   and replays from ingest everything after the checkpoint;
-/// - live messages are applied in order; a seq gap (PUB/SUB dropped something) is filled by replay;
-/// - the state is checkpointed every `checkpointInterval` and at shutdown.
+/// - it follows the journal with a `StreamFollower` from the checkpoint's seq (catch-up, live,
+///   gaps and lost tails filled by replay);
+/// - what the core derives goes through the service's `EventLog`: journaled, then published;
+/// - the state is checkpointed every `checkpointInterval`, right after a message that derived
+///   something, and at shutdown, but never while derived events are not yet journaled: after a
+///   crash the journal replays the step, and the events come out again with the same ids.
 /// `live` tells the core whether a message came straight off the bus or from a replay, which is
 /// what keeps a replayed fix from opening a gate.
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
@@ -23,6 +25,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     public typealias Tick = @Sendable (inout Core, Date) -> [DerivedEvent]
 
     private let context: ServiceContext
+    public let events: EventLog
     private let checkpoint: CheckpointFile
     private let state: Mutex<Checkpoint>
     private let apply: Apply
@@ -32,24 +35,28 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let seq = Atomic<UInt64>(0)
     private let replayed = Atomic<Int>(0)
     private let caughtUp = Atomic<Bool>(false)
-    /// Set while a replay or a received group of messages is being applied. Ticks wait then: the
-    /// wall clock must not decide between messages that belong together, such as the samples of
-    /// one upload or a backlog being replayed, when the newest of them is not yet applied.
-    private let replaying = Atomic<Bool>(false)
-    private let applyingGroup = Atomic<Bool>(false)
+    /// Above zero while a replay or a received group of messages is being applied. Ticks wait
+    /// then: the wall clock must not decide between messages that belong together, such as the
+    /// samples of one upload or a backlog being replayed, when the newest is not yet applied.
+    private let holds = Atomic<Int>(0)
     /// A tick came while held; it runs as soon as the group or replay is done.
     private let tickOwed = Atomic<Bool>(false)
+    /// Derived events computed but not yet journaled. Changed under the state lock, so that no
+    /// checkpoint ever holds a state whose events could still be lost.
+    private let unjournaled = Atomic<Int>(0)
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
     ///   - configure: applied to a core restored from a checkpoint, so that today's config wins.
+    ///   - events: the service's event log, if other parts of it publish derived events too.
     public init(
-        context: ServiceContext, initial: Core, configure: (inout Core) -> Void = { _ in },
+        context: ServiceContext, initial: Core, configure: (inout Core) -> Void = { _ in }, events: EventLog? = nil,
         decodingUserInfo: [CodingUserInfoKey: any Sendable] = [:],
         tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
     ) throws {
         self.context = context
+        self.events = try events ?? EventLog(context: context)
         checkpoint = CheckpointFile(layout: context.settings.layout, name: context.name.rawValue)
         var restored = try checkpoint.load(Checkpoint.self, userInfo: decodingUserInfo)
         if restored != nil { configure(&restored!.core) }
@@ -76,141 +83,86 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     public func withState<T>(_ body: (inout Core) -> T) -> T { state.withLock { body(&$0.core) } }
 
     public func run() async throws {
-        // Subscribe first, so that nothing published during the catch-up is missed. Ingest's
-        // heartbeat comes along: it proves the subscription reaches ingest, and it carries the
-        // journal's last seq, which reveals a message lost at the tail of the stream.
-        var groups = try await context.bus.subscribe(JournalTopics.prefixes + ["svc.heartbeat.ingest"])
-            .groups.cancelOnGracefulShutdown().makeAsyncIterator()
-        try await catchUp(to: nil)
-        var claimed: UInt64 = 0
+        let follower = StreamFollower(source: .journal, bus: context.bus, logger: context.logger)
         try await withThrowingDiscardingTaskGroup { group in
-            group.addTask { await self.periodic(self.tickInterval) { self.tickUnlessHeld() } }
-            group.addTask { await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
-            while let messages = try await groups.next() {
-                applyingGroup.store(true, ordering: .relaxed)
-                defer {
-                    applyingGroup.store(false, ordering: .relaxed)
-                    runOwedTick()
-                }
-                for message in messages {
-                    if message.topic == "svc.heartbeat.ingest" {
-                        guard let journal = (try? message.decode(Heartbeat.self))?.lastSeq["journal"] else { continue }
-                        // A seq an earlier heartbeat claimed and that has still not arrived was lost:
-                        // everything before this heartbeat has passed through the same queue.
-                        if claimed > lastSeq {
-                            context.logger.notice("journal messages lost at the tail: replaying", metadata: ["from": "\(lastSeq + 1)", "to": "\(claimed)"])
-                            try await catchUp(to: claimed)
-                        }
-                        claimed = journal
-                        if !isLive {
-                            try await catchUp(to: journal)
-                            caughtUp.store(true, ordering: .relaxed)
-                        }
-                        continue
+            group.addTask { try await self.periodic(self.tickInterval) { try await self.tickUnlessHeld() } }
+            group.addTask { try await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
+            group.addTask { for await _ in self.owedTicks { try await self.tickUnlessHeld() } }
+            try await follower.run(
+                from: lastSeq,
+                hold: { [self] held in
+                    if held {
+                        holds.add(1, ordering: .relaxed)
+                    } else if holds.subtract(1, ordering: .relaxed).newValue == 0, tickOwed.load(ordering: .relaxed) {
+                        // Not run here, inside the follower's synchronous callback.
+                        owedTickPending.yield()
                     }
-                    // Only ingest writes the journal; anything else on these topics is not journal data.
-                    guard message.header.source == "ingest", let seq = Self.journalSeq(message) else { continue }
-                    let last = lastSeq
-                    if seq <= last { continue }
-                    if seq > last + 1 {
-                        context.logger.notice("journal gap: replaying", metadata: ["from": "\(last + 1)", "to": "\(seq - 1)"])
-                        try await catchUp(to: seq - 1)
-                        // An unfinished replay (shutdown, ingest away) leaves the gap open: the message
-                        // must wait, or the seqs before it would be skipped for good.
-                        guard lastSeq == seq - 1 else { continue }
-                    }
-                    apply(JournalMessage(seq: seq, topic: message.topic, payload: message.payload), live: true)
-                }
+                },
+                cursor: { [self] cursor in caughtUp.store(cursor.isLive, ordering: .relaxed) }
+            ) { messages, live in
+                for message in messages { try await self.apply(message, live: live) }
+                if !live { self.replayed.add(messages.count, ordering: .relaxed) }
             }
             group.cancelAll()
         }
         await flushCheckpoints()
     }
 
-    private func tickUnlessHeld() {
-        // Checked under the state lock: a group's flag is set before its first message takes the
-        // lock, so a tick either comes before the whole group or is owed until it is done.
-        process(state.withLock { checkpoint in
-            guard !replaying.load(ordering: .relaxed), !applyingGroup.load(ordering: .relaxed) else {
+    /// Wakes the owed-tick runner; a stream so that the follower's callback never waits.
+    private let (owedTicks, owedTickPending) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+
+    private func tickUnlessHeld() async throws {
+        // Checked under the state lock: a group's hold is taken before its first message takes
+        // the lock, so a tick either comes before the whole group or is owed until it is done.
+        let events = state.withLock { checkpoint -> [DerivedEvent] in
+            guard holds.load(ordering: .relaxed) == 0 else {
                 tickOwed.store(true, ordering: .relaxed)
                 return []
             }
-            return tick(&checkpoint.core, Date())
-        })
+            tickOwed.store(false, ordering: .relaxed)
+            let events = tick(&checkpoint.core, Date())
+            if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
+            return events
+        }
+        try await journal(events)
     }
 
-    /// Runs a tick that was held, now that the group or replay that held it is done.
-    private func runOwedTick() {
-        if tickOwed.exchange(false, ordering: .relaxed) { tickUnlessHeld() }
-    }
-
-    private func apply(_ message: JournalMessage, live: Bool) {
-        // Replays and live messages can race for the same seq only before the catch-up ends.
+    private func apply(_ message: JournalMessage, live: Bool) async throws {
         let events = state.withLock { checkpoint -> [DerivedEvent] in
             // Strictly in order: a message after a gap is never applied before the gap is filled.
             guard message.seq == checkpoint.lastSeq + 1 else { return [] }
             let events = apply(&checkpoint.core, message, live)
             checkpoint.lastSeq = message.seq
             seq.store(message.seq, ordering: .relaxed)
+            if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
             return events
         }
-        process(events)
-        // Checkpoint right after publishing what a message produced: a crash can then re-publish
-        // an event (same id, which stores deduplicate) but never lose one.
+        try await journal(events)
+        // Checkpoint right after journaling what a message produced, so that a restart has
+        // less to redo.
         if !events.isEmpty { saveCheckpoint() }
     }
 
-    private func process(_ events: [DerivedEvent]) {
-        for event in events {
-            do {
-                try context.publisher.publish(event.type, device: event.device, payloadJSON: event.payload, id: event.id)
-            } catch {
-                context.logger.error("event \(event.id) not published: \(error)")
-            }
+    /// Journals and publishes events computed under the lock (which counted them as unjournaled).
+    /// If that fails the service must stop without checkpointing past them: the supervisor
+    /// restarts it, and the journal replays the step.
+    private func journal(_ events: [DerivedEvent]) async throws {
+        guard !events.isEmpty else { return }
+        do {
+            try await self.events.publish(events)
+        } catch {
+            context.logger.critical("derived events not journaled, stopping so that the step is redone: \(error)")
+            throw error
         }
+        unjournaled.subtract(1, ordering: .relaxed)
     }
 
-    /// Replays from ingest until `target` (or the journal's end) has been applied.
-    private func catchUp(to target: UInt64?) async throws {
-        replaying.store(true, ordering: .relaxed)
-        defer {
-            replaying.store(false, ordering: .relaxed)
-            runOwedTick()
-        }
-        var attempt = 0
-        while !Task.isShuttingDownGracefully {
-            let from = lastSeq + 1
-            if let target, from > target { return }
-            let page: ReplayPage
-            do {
-                page = try await ReplayPage.fetch(from: from, limit: 2000, bus: context.bus)
-                attempt = 0
-            } catch {
-                // Ingest may be starting too: wait for it rather than give up.
-                attempt += 1
-                if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
-                let pause = Duration.milliseconds(min(200 * attempt, 2000))
-                // While ingest cannot be reached the clock goes on deciding, as it would with no
-                // replay under way.
-                replaying.store(false, ordering: .relaxed)
-                runOwedTick()
-                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
-                replaying.store(true, ordering: .relaxed)
-                continue
-            }
-            for message in page.messages {
-                apply(message, live: false)
-                replayed.add(1, ordering: .relaxed)
-            }
-            if page.messages.isEmpty || lastSeq >= page.lastSeq { return }
-        }
-    }
-
-    /// Saves the newest state. Saves are serialised on one queue of their own: two at once
-    /// would interleave their writes, and file I/O does not belong on the cooperative pool.
+    /// Saves the newest state that has all its events journaled. Saves are serialised on one
+    /// queue of their own: two at once would interleave their writes, and file I/O does not
+    /// belong on the cooperative pool.
     private func saveCheckpoint() {
         Self.checkpointQueue.async { [self] in
-            let snapshot = state.withLock { $0 }
+            guard let snapshot = state.withLock({ unjournaled.load(ordering: .relaxed) == 0 ? $0 : nil }) else { return }
             do {
                 try checkpoint.save(snapshot)
             } catch {
@@ -229,17 +181,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         }
     }
 
-    /// Runs `body` every `interval` until the task is cancelled, which is how it ends.
-    private func periodic(_ interval: Duration, _ body: @Sendable () -> Void) async {
+    /// Runs `body` every `interval` until cancelled.
+    private func periodic(_ interval: Duration, _ body: @Sendable () async throws -> Void) async throws {
         while (try? await Task.sleep(for: interval)) != nil {
-            body()
+            try await body()
         }
-    }
-
-    /// The journal seq in a journaled payload.
-    public static func journalSeq(_ message: BusMessage) -> UInt64? {
-        if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
-        return (try? message.decode(SeqOnly.self))?.seq
     }
 }
 
@@ -247,9 +193,6 @@ extension DispatchQueue {
     /// One serial queue for every checkpoint write in the process.
     static let checkpoints = DispatchQueue(label: "drivebus.checkpoints")
 }
-
-/// Every journaled payload carries its journal seq.
-private struct SeqOnly: Decodable { let seq: UInt64? }
 
 /// One page of ingest's `replay`.
 public struct ReplayPage: Sendable {

@@ -39,9 +39,12 @@ public struct ServiceParts: Sendable {
         self.ready = ready
     }
 
-    /// A service built around a journal consumer: its seq and readiness are the consumer's.
+    /// A service built around a journal consumer: its seqs and readiness are the consumer's, and
+    /// its event journal is served to followers.
     public init<Core>(consumer: JournalConsumer<Core>, services: [any Service] = [], rpc: [String: RPCHandler] = [:]) {
-        self.init(services: [consumer] + services, rpc: rpc, lastSeq: { ["journal": consumer.lastSeq] }, ready: { consumer.isLive })
+        self.init(
+            services: [consumer] + services, rpc: rpc.merging(consumer.events.rpc) { own, _ in own },
+            lastSeq: { ["journal": consumer.lastSeq, "events": consumer.events.journal.lastSeq] }, ready: { consumer.isLive })
     }
 }
 

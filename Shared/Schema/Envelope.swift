@@ -18,8 +18,18 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
     /// Identifies one run of the publisher; a new epoch restarts `seq`.
     public var epoch: String
     public var time: Date
+    /// For a derived event its source keeps: its seq in that service's event journal, which
+    /// counts up from 1 with no gaps across restarts, so a follower can replay what it missed.
+    public var logSeq: UInt64?
 
-    public init(id: String = UUID().uuidString.lowercased(), type: String, source: String, seq: UInt64, epoch: String, time: Date) {
+    enum CodingKeys: String, CodingKey {
+        case v, id, type, source, seq, epoch, time
+        case logSeq = "log_seq"
+    }
+
+    public init(
+        id: String = UUID().uuidString.lowercased(), type: String, source: String, seq: UInt64, epoch: String, time: Date, logSeq: UInt64? = nil
+    ) {
         self.v = Self.version
         self.id = id
         self.type = type
@@ -27,6 +37,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         self.seq = seq
         self.epoch = epoch
         self.time = time
+        self.logSeq = logSeq
     }
 
     /// Hand-written encoding: the header is on every message and its fields are plain ASCII that
@@ -48,7 +59,12 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         out.append(contentsOf: epoch.utf8)
         out.append(contentsOf: #"","time":""#.utf8)
         RFC3339.write(time, to: &out)
-        out.append(contentsOf: #""}"#.utf8)
+        out.append(UInt8(ascii: "\""))
+        if let logSeq {
+            out.append(contentsOf: #","log_seq":"#.utf8)
+            out.append(contentsOf: String(logSeq).utf8)
+        }
+        out.append(UInt8(ascii: "}"))
         return out
     }
 }

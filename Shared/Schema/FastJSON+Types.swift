@@ -2,7 +2,7 @@ import Foundation
 
 extension EnvelopeHeader: FastJSONDecodable {
     public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
-        var v: Int?, id: String?, type: String?, source: String?, seq: UInt64?, epoch: String?, time: Date?
+        var v: Int?, id: String?, type: String?, source: String?, seq: UInt64?, epoch: String?, time: Date?, logSeq: UInt64?
         try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
             case "v": v = try reader.readInt()
@@ -12,6 +12,7 @@ extension EnvelopeHeader: FastJSONDecodable {
             case "seq": seq = try reader.readUInt64()
             case "epoch": epoch = try reader.readString()
             case "time": time = try reader.readDate()
+            case "log_seq": logSeq = try reader.readUInt64()
             default: try reader.skipValue()
             }
         }
@@ -21,7 +22,7 @@ extension EnvelopeHeader: FastJSONDecodable {
         }
         self.init(
             id: try required(id, "id"), type: try required(type, "type"), source: try required(source, "source"),
-            seq: try required(seq, "seq"), epoch: try required(epoch, "epoch"), time: try required(time, "time"))
+            seq: try required(seq, "seq"), epoch: try required(epoch, "epoch"), time: try required(time, "time"), logSeq: logSeq)
         self.v = try required(v, "v")
     }
 }

@@ -47,3 +47,73 @@ public struct DerivedEvent: Sendable {
         self.payload = try BusJSON.encode(payload)
     }
 }
+
+/// A derived event as a service's event journal keeps it, and as its `events` RPC replays it.
+public struct LoggedEvent: Sendable, Equatable {
+    /// Its position in its source's event journal.
+    public let seq: UInt64
+    public let type: String
+    public let device: String?
+    /// Computed from the event's inputs, so a re-derived event has the same id.
+    public let id: String
+    /// When it was derived.
+    public let time: Date
+    public let payload: [UInt8]
+
+    public init(seq: UInt64, type: String, device: String?, id: String, time: Date, payload: [UInt8]) {
+        self.seq = seq
+        self.type = type
+        self.device = device
+        self.id = id
+        self.time = time
+        self.payload = payload
+    }
+
+    /// Ids are printable ASCII without quotes or backslashes, as the bus header requires.
+    public static func isValidID(_ id: String) -> Bool {
+        !id.isEmpty && id.utf8.count <= 256
+            && id.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
+    }
+
+    /// The bytes `writeLine` appends, newline included.
+    public var lineLength: Int {
+        var bytes: [UInt8] = []
+        writeLine(to: &bytes)
+        return bytes.count
+    }
+
+    /// One JSON line. Type, device and id are validated ASCII, and the payload is JSON already.
+    public func writeLine(to out: inout [UInt8]) {
+        out.append(contentsOf: #"{"seq":"#.utf8)
+        out.append(contentsOf: String(seq).utf8)
+        out.append(contentsOf: #","type":""#.utf8)
+        out.append(contentsOf: type.utf8)
+        if let device {
+            out.append(contentsOf: #"","device":""#.utf8)
+            out.append(contentsOf: device.utf8)
+        }
+        out.append(contentsOf: #"","id":""#.utf8)
+        out.append(contentsOf: id.utf8)
+        out.append(contentsOf: #"","time":""#.utf8)
+        RFC3339.write(time, to: &out)
+        out.append(contentsOf: #"","payload":"#.utf8)
+        out.append(contentsOf: payload)
+        out.append(contentsOf: "}\n".utf8)
+    }
+
+    /// Reads one line as `writeLine` wrote it (without its newline); nil if it is not one.
+    public init?(line: ArraySlice<UInt8>) {
+        guard case .object(let object)? = try? JSONValue.parse(Array(line)),
+              case .number(let seq)? = object["seq"], seq >= 1, seq == seq.rounded(),
+              case .string(let type)? = object["type"], case .string(let id)? = object["id"],
+              case .string(let timeText)? = object["time"], let time = RFC3339.parse(timeText),
+              let payload = object["payload"]
+        else { return nil }
+        var device: String?
+        if case .string(let value)? = object["device"] { device = value }
+        self.init(seq: UInt64(seq), type: type, device: device, id: id, time: time, payload: payload.encoded)
+    }
+
+    /// The bus topic it was published on.
+    public var topic: String { Topic.make(type, device: device) }
+}

@@ -10,6 +10,7 @@ import Synchronization
 final class GateDelivery: Service, Sendable {
     private let context: ServiceContext
     private let outbox: Outbox
+    private let events: EventLog
     private let gates: [String: Gate]
     private let sender: WebhookSender
     private let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
@@ -17,9 +18,10 @@ final class GateDelivery: Service, Sendable {
     /// Calls known to be delivered, even if recording that in the outbox failed.
     private let delivered = Mutex<Set<String>>([])
 
-    init(context: ServiceContext, outbox: Outbox, gates: [Gate], sender: WebhookSender) {
+    init(context: ServiceContext, outbox: Outbox, events: EventLog, gates: [Gate], sender: WebhookSender) {
         self.context = context
         self.outbox = outbox
+        self.events = events
         self.gates = Dictionary(gates.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
         self.sender = sender
     }
@@ -139,13 +141,13 @@ final class GateDelivery: Service, Sendable {
                 let fired = GateFired(
                     gate: entry.gate, device: entry.device, zone: entry.zone, seq: seq, idempotencyKey: entry.key,
                     status: status ?? 0, latencyMs: entry.latencyMs ?? 0, attempts: entry.attempts, time: entry.finishedAt!)
-                try context.publisher.publish("gate.fired", device: entry.device, payload: fired, id: "gate.fired:\(entry.key)")
+                try await events.publish([DerivedEvent(type: "gate.fired", device: entry.device, id: "gate.fired:\(entry.key)", payload: fired)])
                 context.logger.info("gate \(entry.gate) opened for \(entry.device)", metadata: ["status": "\(status ?? 0)", "attempts": "\(entry.attempts)"])
             } else {
                 let failed = GateFailed(
                     gate: entry.gate, device: entry.device, zone: entry.zone, seq: seq, idempotencyKey: entry.key,
                     status: status, error: error ?? "failed", attempts: entry.attempts, time: entry.finishedAt!)
-                try context.publisher.publish("gate.failed", device: entry.device, payload: failed, id: "gate.failed:\(entry.key)")
+                try await events.publish([DerivedEvent(type: "gate.failed", device: entry.device, id: "gate.failed:\(entry.key)", payload: failed)])
                 context.logger.warning("gate \(entry.gate) call for \(entry.device) failed after \(entry.attempts) attempts: \(error ?? "")")
             }
         } catch {

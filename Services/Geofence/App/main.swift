@@ -7,10 +7,11 @@ import GeofenceCore
 await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { context, config in
     let configuration = config.geofence
     let outbox = try Outbox(path: config.layout.dataDir + "/outbox.sqlite")
-    let delivery = GateDelivery(context: context, outbox: outbox, gates: configuration.gates, sender: WebhookSender(client: .shared))
+    let events = try EventLog(context: context)
+    let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender(client: .shared))
     let consumer = try JournalConsumer(
         context: context,
-        initial: GeofenceEngine(configuration: configuration),
+        initial: GeofenceEngine(configuration: configuration), events: events,
         decodingUserInfo: [GeofenceEngine.configurationKey: configuration],
         apply: { engine, message, live in
             let input: GeofenceInput

@@ -1,31 +1,39 @@
 import DrivebusConfiguration
 import DrivebusKit
-import ScorerCore
-import TripsCore
 import Foundation
 import Logging
+import ScorerCore
 import ServiceLifecycle
 import StatsCore
 import StatsStore
 import Synchronization
+import TripsCore
 
-/// Stats derives trips and scores itself from the journal (`DriveDerivations`), so the database
-/// holds every trip and score even if stats was down when they were published. Same inputs, same
-/// ids: the copies that arrive over the bus are deduplicated away.
+/// Stats derives trips and scores itself from the journal as well (`DriveDerivations`): same
+/// inputs, same ids, so the copies from the trips and scorer services deduplicate away, and a
+/// trip is in the database as soon as its last fix is.
 typealias StatsDerivations = DriveDerivations
 
-/// Stores everything on the bus. Journal messages are stored exactly once and in order,
-/// recovered by replay like every other consumer; the database is its own checkpoint (the last
-/// journal seq and the derivations are written in the same transaction as the data).
+/// Stores everything that happens, exactly once, whenever stats runs: it follows the ingest
+/// journal and every service's event journal with a `StreamFollower` each. The database is its
+/// own checkpoint: each stream's last stored seq (and the derivations) are written in the same
+/// transaction as the data, so stats killed at any moment resumes where its data ends.
 final class StatsRecorder: Service, Sendable {
+    /// Every service that derives events stats keeps, and the types it publishes.
+    static let eventSources: [StreamSource<LoggedEvent>] = [
+        .events(of: .trips, types: ["trip"]),
+        .events(of: .scorer, types: ["drive"]),
+        .events(of: .geofence, types: ["geofence", "gate"]),
+        .events(of: .checkout, types: ["taxi.checkout"]),
+    ]
+
     private let context: ServiceContext
     private let store: StatsStore
     private let metrics: StatsMetrics
     private let seq = Atomic<UInt64>(0)
-    private let live = Atomic<Bool>(false)
+    private let journalLive = Atomic<Bool>(false)
     private let derivations: Mutex<StatsDerivations>
-    private nonisolated(unsafe) var lastStateSave = ContinuousClock.now  // only touched by run()
-
+    private let lastStateSave = Mutex(ContinuousClock.now)
     private let tripsConfiguration: TripsConfiguration
     private let scorerConfiguration: ScorerConfiguration
 
@@ -39,7 +47,9 @@ final class StatsRecorder: Service, Sendable {
     }
 
     var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
-    var isLive: Bool { live.load(ordering: .relaxed) }
+    /// Live once the ingest journal has caught up. The event streams catch up on their own:
+    /// a service that is not running (yet) must not keep stats from serving.
+    var isLive: Bool { journalLive.load(ordering: .relaxed) }
 
     func run() async throws {
         let cursor = try await store.journalCursor()
@@ -51,101 +61,64 @@ final class StatsRecorder: Service, Sendable {
                 $0.segmenter.configuration = tripsConfiguration
             }
         }
-        let batches = try await context.bus.loop.subscribe(context.bus.endpoints.out, prefixes: [""])
-        try await catchUp(to: nil)
-        var claimed: UInt64 = 0
-        for await frames in batches.cancelOnGracefulShutdown() {
-            var pending: [StoredEvent] = []
-            for message in frames.compactMap({ try? BusMessage(frames: $0) }) {
-                if message.topic.hasPrefix("svc.heartbeat.") {
-                    guard let beat = try? message.decode(Heartbeat.self) else { continue }
-                    metrics.record(beat)
-                    if beat.service == "ingest", let journal = beat.lastSeq["journal"] {
-                        if claimed > lastSeq {
-                            try await flush(&pending)
-                            try await catchUp(to: claimed)
-                        }
-                        claimed = journal
-                        if !isLive {
-                            try await flush(&pending)
-                            try await catchUp(to: journal)
-                            live.store(true, ordering: .relaxed)
-                        }
-                    }
-                    continue
-                }
-                if JournalTopics.types.contains(message.header.type) {
-                    // Only ingest writes the journal.
-                    // A fix is decoded here once, for its seq, the derivations and its row.
-                    let fix = message.header.type == "fix" ? try? message.decode(Fix.self) : nil
-                    guard message.header.source == "ingest", let journalSeq = fix?.seq ?? JournalConsumer<StatsDerivations>.journalSeq(message),
-                          journalSeq > lastSeq else { continue }
-                    if journalSeq > lastSeq + 1 {
-                        try await flush(&pending)
-                        try await catchUp(to: journalSeq - 1)
-                        // An unfinished replay leaves the gap open: never store past it.
-                        guard lastSeq == journalSeq - 1 else { continue }
-                    }
-                    pending += record(JournalMessage(seq: journalSeq, topic: message.topic, payload: message.payload), fix: fix, time: message.header.time)
-                } else {
-                    // Derived events from the other services; ids deduplicate them.
-                    pending.append(StoredEvent(
-                        id: message.header.id, type: message.header.type, device: message.device, source: message.header.source,
-                        time: message.header.time, payload: message.payload))
+        let heartbeats = try await context.bus.subscribe(["svc.heartbeat."])
+        try await withThrowingDiscardingTaskGroup { group in
+            group.addTask {
+                for await beat in heartbeats.cancelOnGracefulShutdown() {
+                    if let beat = try? beat.decode(Heartbeat.self) { self.metrics.record(beat) }
                 }
             }
-            try await flush(&pending)
+            for source in Self.eventSources {
+                let from = try await store.cursor(source.name)
+                group.addTask { try await self.follow(source, from: from) }
+            }
+            try await StreamFollower(source: .journal, bus: context.bus, logger: context.logger).run(
+                from: cursor.seq, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
+            ) { messages, _ in try await self.storeJournal(messages) }
+            group.cancelAll()
         }
     }
 
-    /// The stored form of a journal message, plus what stats derives from it. Advances `seq`.
-    private func record(_ message: JournalMessage, fix: Fix?, time: Date) -> [StoredEvent] {
-        let derived = derivations.withLock { derivations in
-            let (trips, scores) = derivations.handle(message, fix: fix, arrivedAt: Date())
-            return trips + scores
+    private func follow(_ source: StreamSource<LoggedEvent>, from: UInt64) async throws {
+        try await StreamFollower(source: source, bus: context.bus, logger: context.logger).run(from: from) { events, _ in
+            let rows = events.map {
+                StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: source.service.rawValue, time: $0.time, payload: $0.payload)
+            }
+            try await self.flush(rows, cursor: source.name, seq: events.last!.seq)
         }
-        seq.store(message.seq, ordering: .relaxed)
-        return [StoredEvent(id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: time, payload: message.payload, fix: fix)]
-            + derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: time, payload: $0.payload) }
     }
 
-    private func flush(_ pending: inout [StoredEvent]) async throws {
-        guard !pending.isEmpty else { return }
+    /// Stores journal messages and what stats derives from them.
+    private func storeJournal(_ messages: [JournalMessage]) async throws {
+        let now = Date()
+        var rows: [StoredEvent] = []
+        rows.reserveCapacity(messages.count)
+        for message in messages {
+            // A fix is decoded here once, for the derivations and its row.
+            let fix = message.type == "fix" ? try? BusJSON.decode(Fix.self, from: message.payload) : nil
+            let derived = derivations.withLock { derivations in
+                let (trips, scores) = derivations.handle(message, fix: fix, arrivedAt: now)
+                return trips + scores
+            }
+            rows.append(StoredEvent(id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: now, payload: message.payload, fix: fix))
+            rows += derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: now, payload: $0.payload) }
+        }
+        guard let last = messages.last?.seq else { return }
         // The derivations hold whole open trips: encoding them with every batch would make
         // storing quadratic in a trip's length, so they are saved at most once a second.
-        var state: (seq: UInt64, data: Data)?
-        if lastStateSave.duration(to: .now) >= .seconds(1) {
-            state = derivations.withLock { derivations in (try? JSONEncoder().encode(derivations)).map { (lastSeq, $0) } }
-            lastStateSave = .now
+        let state: (seq: UInt64, data: Data)? = lastStateSave.withLock { saved in
+            guard saved.duration(to: .now) >= .seconds(1) else { return nil }
+            saved = .now
+            return derivations.withLock { derivations in (try? JSONEncoder().encode(derivations)).map { (last, $0) } }
         }
-        let started = ContinuousClock.now
-        let summary = try await store.store(pending, journalSeq: lastSeq, state: state)
-        metrics.stored(pending, summary: summary, took: started.duration(to: .now))
-        pending.removeAll(keepingCapacity: true)
+        try await flush(rows, cursor: "journal", seq: last, state: state)
+        seq.store(last, ordering: .relaxed)
     }
 
-    private func catchUp(to target: UInt64?) async throws {
-        var attempt = 0
-        while !Task.isShuttingDownGracefully {
-            if let target, lastSeq >= target { return }
-            let page: ReplayPage
-            do {
-                page = try await ReplayPage.fetch(from: lastSeq + 1, limit: 5000, bus: context.bus)
-                attempt = 0
-            } catch {
-                attempt += 1
-                if attempt == 1 || attempt % 30 == 0 { context.logger.warning("replay from ingest failed, retrying: \(error)") }
-                let pause = Duration.milliseconds(min(200 * attempt, 2000))
-                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
-                continue
-            }
-            var pending: [StoredEvent] = []
-            for message in page.messages where message.seq == lastSeq + 1 {
-                let fix = message.type == "fix" ? try? BusJSON.decode(Fix.self, from: message.payload) : nil
-                pending += record(message, fix: fix, time: Date())
-            }
-            try await flush(&pending)
-            if page.messages.isEmpty || lastSeq >= page.lastSeq { return }
-        }
+    private func flush(_ rows: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws {
+        let started = ContinuousClock.now
+        let summary = try await store.store(rows, cursor: cursor, seq: seq, state: state)
+        metrics.stored(rows, summary: summary, took: started.duration(to: .now))
     }
 }
+

@@ -136,11 +136,18 @@ public final class StatsStore: Sendable {
     /// seq re-stores data that is already there, which changes nothing.
     @discardableResult
     public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
+        try await store(batch, cursor: "journal", seq: journalSeq, state: state)
+    }
+
+    /// Stores a batch and, in the same transaction, the seq it completes in the stream named
+    /// `cursor` (`journal`, `events.trips`…).
+    @discardableResult
+    public func store(_ batch: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
         try await pool.write { db in
             let summary = try Projector.store(batch, in: db)
             try db.execute(
-                sql: "INSERT INTO cursors (name, value) VALUES ('journal', ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
-                arguments: [Int64(journalSeq)])
+                sql: "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                arguments: [cursor, Int64(seq)])
             if let state {
                 try db.execute(
                     sql: "INSERT INTO cursors (name, value, state) VALUES ('derivations', ?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value, state = excluded.state",
@@ -159,6 +166,11 @@ public final class StatsStore: Sendable {
             }
             return (UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'journal'") ?? 0), nil)
         }
+    }
+
+    /// The last seq stored from the stream named `name`; 0 for none.
+    public func cursor(_ name: String) async throws -> UInt64 {
+        try await pool.read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = ?", arguments: [name]) ?? 0) }
     }
 
     /// Row counts per table, for tests, `health` and metrics.

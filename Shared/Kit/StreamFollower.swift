@@ -1,0 +1,237 @@
+import DrivebusJournal
+import DrivebusSchema
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// A record of a sequenced stream.
+public protocol StreamRecord: Sendable {
+    var seq: UInt64 { get }
+}
+
+extension JournalMessage: StreamRecord {}
+extension LoggedEvent: StreamRecord {}
+
+/// A stream a consumer can follow: where its records appear live, who claims its last seq, and
+/// how to replay it.
+public struct StreamSource<Record: StreamRecord>: Sendable {
+    /// The name the consumer keeps its cursor under: `journal`, `events.trips`…
+    public let name: String
+    /// The service that writes it: its heartbeat claims the last seq, its RPC replays.
+    public let service: ServiceName
+    /// The bus topic prefixes its records are published on.
+    public let topics: [String]
+    /// The heartbeat's `last_seq` key that holds the stream's last seq.
+    public let heartbeatKey: String
+    /// The record a live bus message carries, or nil for one that is not of this stream.
+    public let record: @Sendable (BusMessage) -> Record?
+    /// One page of records from `from` on, and the stream's last seq.
+    public let replay: @Sendable (_ bus: BusClient, _ from: UInt64, _ limit: Int) async throws -> (records: [Record], lastSeq: UInt64)
+}
+
+extension StreamSource where Record == JournalMessage {
+    /// The ingest journal: fixes, motion, check-ins, imports, sessions.
+    public static var journal: StreamSource {
+        StreamSource(
+            name: "journal", service: .ingest, topics: JournalTopics.prefixes, heartbeatKey: "journal",
+            record: { message in
+                // Only ingest writes the journal; anything else on these topics is not journal data.
+                guard message.header.source == "ingest", let seq = JournalConsumerSeq.of(message) else { return nil }
+                return JournalMessage(seq: seq, topic: message.topic, payload: message.payload)
+            },
+            replay: { bus, from, limit in
+                let page = try await ReplayPage.fetch(from: from, limit: limit, bus: bus)
+                return (page.messages, page.lastSeq)
+            })
+    }
+}
+
+extension StreamSource where Record == LoggedEvent {
+    /// The events `service` derived and journaled (`EventLog`).
+    public static func events(of service: ServiceName, types: [String]) -> StreamSource {
+        StreamSource(
+            name: "events.\(service.rawValue)", service: service, topics: types.map { $0 + "." }, heartbeatKey: "events",
+            record: { message in
+                guard message.header.source == service.rawValue, let seq = message.header.logSeq else { return nil }
+                return LoggedEvent(
+                    seq: seq, type: message.header.type, device: message.device, id: message.header.id, time: message.header.time,
+                    payload: message.payload)
+            },
+            replay: { bus, from, limit in try await EventsRPC.fetch(service, from: from, limit: limit, bus: bus) })
+    }
+}
+
+/// Follows one stream for a consumer: subscribes, catches up from the consumer's checkpoint,
+/// applies live records, fills gaps and lost tails by replay, exactly once and in order. The
+/// decisions are `StreamCursor`'s; this does the I/O. Every consumer follows its streams with it.
+public struct StreamFollower<Record: StreamRecord>: Sendable {
+    /// Applies records in seq order; `live` says whether they came straight off the bus.
+    /// Throwing stops the follower (and the service, whose supervisor restarts it).
+    public typealias Apply = @Sendable (_ records: [Record], _ live: Bool) async throws -> Void
+    /// Called with true before a replay or a group of live records is applied, and with false
+    /// after: a consumer whose wall-clock ticks must not land in between holds them meanwhile.
+    public typealias Hold = @Sendable (Bool) -> Void
+
+    public let source: StreamSource<Record>
+    public let bus: BusClient
+    public let logger: Logger
+    public var pageSize = 2000
+
+    public init(source: StreamSource<Record>, bus: BusClient, logger: Logger) {
+        self.source = source
+        self.bus = bus
+        self.logger = logger
+    }
+
+    /// Runs until graceful shutdown. `cursor` reports the cursor after every step, for the
+    /// consumer's `health`.
+    public func run(
+        from lastApplied: UInt64, hold: Hold = { _ in }, cursor report: @escaping @Sendable (StreamCursor) -> Void = { _ in },
+        apply: Apply
+    ) async throws {
+        var cursor = StreamCursor(lastApplied: lastApplied)
+        // Subscribe first, so that nothing published during the catch-up is missed. The source's
+        // heartbeat comes along: it proves the subscription reaches it, and it claims the last
+        // seq, which reveals records lost at the tail of the stream.
+        let heartbeat = "svc.heartbeat.\(source.service.rawValue)"
+        var groups = try await bus.subscribe(source.topics + [heartbeat]).groups.cancelOnGracefulShutdown().makeAsyncIterator()
+        try await replay(&cursor, through: nil, hold: hold, apply: apply)
+        report(cursor)
+        while let messages = try await groups.next() {
+            hold(true)
+            defer { hold(false) }
+            var batch: [Record] = []
+            for message in messages {
+                if message.topic == heartbeat {
+                    guard let claimed = (try? message.decode(Heartbeat.self))?.lastSeq[source.heartbeatKey] else { continue }
+                    try await flush(&batch, apply)
+                    if let target = cursor.heartbeat(claims: claimed) {
+                        if cursor.isLive { logger.notice("\(source.name): records lost at the tail, replaying", metadata: ["through": "\(target)"]) }
+                        try await replay(&cursor, through: target, hold: hold, apply: apply)
+                        cursor.replayEnded()
+                    }
+                    continue
+                }
+                guard let record = source.record(message) else { continue }
+                var step = cursor.received(record.seq)
+                if case .fill(let through) = step {
+                    try await flush(&batch, apply)
+                    logger.notice("\(source.name): gap, replaying", metadata: ["from": "\(cursor.lastApplied + 1)", "through": "\(through)"])
+                    try await replay(&cursor, through: through, hold: hold, apply: apply)
+                    step = cursor.afterFill(record.seq)
+                }
+                if step == .apply {
+                    batch.append(record)
+                    cursor.applied(record.seq)
+                }
+            }
+            try await flush(&batch, apply)
+            report(cursor)
+        }
+    }
+
+    private func flush(_ batch: inout [Record], _ apply: Apply) async throws {
+        guard !batch.isEmpty else { return }
+        try await apply(batch, true)
+        batch.removeAll(keepingCapacity: true)
+    }
+
+    /// Replays until `target` (or the stream's end) has been applied, waiting for the source
+    /// while it cannot be reached.
+    private func replay(_ cursor: inout StreamCursor, through target: UInt64?, hold: Hold, apply: Apply) async throws {
+        var attempt = 0
+        while !Task.isShuttingDownGracefully {
+            let from = cursor.lastApplied + 1
+            if let target, from > target { return }
+            let page: (records: [Record], lastSeq: UInt64)
+            do {
+                page = try await source.replay(bus, from, pageSize)
+                attempt = 0
+            } catch {
+                // The source may be starting too: wait for it rather than give up. Meanwhile the
+                // consumer's clock goes on deciding, as it would with no replay under way.
+                attempt += 1
+                if attempt == 1 || attempt % 30 == 0 { logger.warning("\(source.name): replay failed, retrying: \(error)") }
+                hold(false)
+                let pause = Duration.milliseconds(min(200 * attempt, 2000))
+                try? await cancelWhenGracefulShutdown { try await Task.sleep(for: pause) }
+                hold(true)
+                continue
+            }
+            let next = page.records.filter { record in cursor.applied(record.seq) }
+            if !next.isEmpty { try await apply(next, false) }
+            if page.records.isEmpty || cursor.lastApplied >= page.lastSeq { return }
+            // A page that did not start where asked is a source that lost records: say so once
+            // rather than loop on it.
+            if next.isEmpty {
+                logger.error("\(source.name): replay from \(from) returned no usable records; waiting for the next heartbeat")
+                return
+            }
+        }
+    }
+}
+
+/// The `events` RPC: pages of a service's event journal, `{"op":"events","from_seq":N,"limit":L}`.
+/// Replies `{"ok":true,"last_seq":N,"events":[…]}`, each event as the journal holds it.
+public enum EventsRPC {
+    static let maxPage = 10_000
+
+    static func handler(_ journal: EventJournal) -> RPCHandler {
+        { body in
+            struct Request: Decodable {
+                let fromSeq: UInt64
+                let limit: Int?
+                enum CodingKeys: String, CodingKey {
+                    case fromSeq = "from_seq"
+                    case limit
+                }
+            }
+            guard let request = try? BusJSON.decode(Request.self, from: body) else {
+                return RPC.encode(RPCReply<RPCEmpty>.failure(.badRequest("events needs from_seq (an integer from 1) and an optional limit")))
+            }
+            let limit = min(max(request.limit ?? 1000, 1), maxPage)
+            let events: [LoggedEvent]
+            do {
+                events = try await journal.read(fromSeq: max(request.fromSeq, 1), limit: limit)
+            } catch {
+                return RPC.encode(RPCReply<RPCEmpty>.failure(.init(code: "events.io", message: String(describing: error))))
+            }
+            var out = Array(#"{"ok":true,"last_seq":\#(journal.lastSeq),"events":["#.utf8)
+            for (index, event) in events.enumerated() {
+                if index > 0 { out.append(UInt8(ascii: ",")) }
+                event.writeLine(to: &out)
+                out.removeLast()  // the newline
+            }
+            out += Array("]}".utf8)
+            return out
+        }
+    }
+
+    static func fetch(_ service: ServiceName, from: UInt64, limit: Int, bus: BusClient) async throws -> (records: [LoggedEvent], lastSeq: UInt64) {
+        let request = Array(#"{"op":"events","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(service)), body: request, timeout: .seconds(10))
+        guard case .object(let root) = try JSONValue.parse(reply), case .bool(true)? = root["ok"] else {
+            throw RPCErrorBody(code: "events.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
+        }
+        guard case .number(let last)? = root["last_seq"], case .array(let items)? = root["events"] else {
+            throw RPCErrorBody.badRequest("events reply lacks last_seq or events")
+        }
+        var events: [LoggedEvent] = []
+        for item in items {
+            guard let event = LoggedEvent(line: item.encoded[...]) else { throw RPCErrorBody.badRequest("events reply holds an unreadable event") }
+            events.append(event)
+        }
+        return (events, UInt64(last))
+    }
+}
+
+/// The seq of a journaled payload, live off the bus.
+enum JournalConsumerSeq {
+    static func of(_ message: BusMessage) -> UInt64? {
+        if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
+        return (try? message.decode(SeqOnly.self))?.seq
+    }
+}
+
+/// Every journaled payload carries its journal seq.
+private struct SeqOnly: Decodable { let seq: UInt64? }
