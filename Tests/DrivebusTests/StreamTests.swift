@@ -1,0 +1,142 @@
+import DrivebusJournal
+import DrivebusKit
+import Foundation
+import Testing
+
+/// Every transition of the journal follower's state machine.
+@Suite struct StreamCursorTests {
+    @Test func aLiveRecordIsAppliedSkippedOrWaitsForItsGap() {
+        let cursor = StreamCursor(lastApplied: 4)
+        #expect(cursor.received(3) == .skip)
+        #expect(cursor.received(4) == .skip)
+        #expect(cursor.received(5) == .apply)
+        #expect(cursor.received(9) == .fill(through: 8))
+    }
+
+    @Test func afterAFillTheRecordIsAppliedOnlyIfTheGapClosed() {
+        var cursor = StreamCursor(lastApplied: 4)
+        #expect(cursor.afterFill(9) == .skip)  // the replay could not reach the source
+        for seq: UInt64 in 5...8 { let result = cursor.applied(seq); #expect(result) }
+        #expect(cursor.afterFill(9) == .apply)
+    }
+
+    @Test func nothingIsAppliedOutOfOrder() {
+        var cursor = StreamCursor(lastApplied: 4)
+        do { let result = cursor.applied(6); #expect(!result) }
+        do { let result = cursor.applied(4); #expect(!result) }
+        #expect(cursor.lastApplied == 4)
+        do { let result = cursor.applied(5); #expect(result) }
+        #expect(cursor.lastApplied == 5)
+    }
+
+    @Test func anEmptySourceMakesTheCursorLiveAtOnce() {
+        var cursor = StreamCursor(lastApplied: 0)
+        #expect(!cursor.isLive)
+        do { let result = cursor.heartbeat(claims: 0); #expect(result == nil) }
+        #expect(cursor.isLive)
+    }
+
+    @Test func theCatchUpEndsOnlyWhenItReachedTheClaim() {
+        var cursor = StreamCursor(lastApplied: 2)
+        do { let result = cursor.heartbeat(claims: 5); #expect(result == 5) }
+        do { let result = cursor.applied(3); #expect(result) }
+        cursor.replayEnded()  // cut short: the source went away at seq 3
+        #expect(!cursor.isLive)
+        // The next heartbeat asks again, through the newer claim.
+        do { let result = cursor.heartbeat(claims: 6); #expect(result == 6) }
+        for seq: UInt64 in 4...6 { cursor.applied(seq) }
+        cursor.replayEnded()
+        #expect(cursor.isLive)
+    }
+
+    @Test func aClaimStillMissingAtTheNextHeartbeatWasLostAtTheTail() {
+        var cursor = StreamCursor(lastApplied: 10)
+        do { let result = cursor.heartbeat(claims: 10); #expect(result == nil) }
+        #expect(cursor.isLive)
+        // The source claims 12; 11 and 12 may still be in flight.
+        do { let result = cursor.heartbeat(claims: 12); #expect(result == nil) }
+        do { let result = cursor.applied(11); #expect(result) }
+        // By the next heartbeat they must have arrived: 12 is lost.
+        do { let result = cursor.heartbeat(claims: 12); #expect(result == 12) }
+        do { let result = cursor.applied(12); #expect(result) }
+        do { let result = cursor.heartbeat(claims: 12); #expect(result == nil) }
+    }
+
+    @Test func aCursorAheadOfItsSourceIsLiveAndSkipsWhatItHas() {
+        var cursor = StreamCursor(lastApplied: 50)
+        do { let result = cursor.heartbeat(claims: 20); #expect(result == nil) }
+        #expect(cursor.isLive)
+        #expect(cursor.received(21) == .skip)
+    }
+}
+
+@Suite struct EventJournalTests {
+    func event(_ id: String, type: String = "trip.ended", device: String? = "car") throws -> DerivedEvent {
+        try DerivedEvent(type: type, device: device, id: id, payload: ["id": id])
+    }
+
+    @Test func appendsWithGaplessSeqsAndReadsBackExactly() async throws {
+        let dir = TempDir()
+        let journal = try EventJournal(path: dir.path + "/t.events")
+        let time = Date(timeIntervalSince1970: 1_700_000_000.5)
+        let first = try await journal.append([event("a"), event("b", device: nil)], time: time)
+        let second = try await journal.append([event("c", type: "gate.fired")], time: time)
+        #expect(first.map(\.seq) == [1, 2])
+        #expect(second.map(\.seq) == [3])
+        let read = try await journal.read(fromSeq: 2, limit: 10)
+        #expect(read.map(\.id) == ["b", "c"])
+        #expect(read[0].device == nil)
+        #expect(read[1].topic == "gate.fired.car")
+        #expect(read[1].time == time)
+        #expect(String(decoding: read[1].payload, as: UTF8.self) == #"{"id":"c"}"#)
+        #expect(try await journal.read(fromSeq: 4, limit: 10).isEmpty)
+        #expect(try await journal.read(fromSeq: 1, limit: 2).map(\.seq) == [1, 2])
+    }
+
+    @Test func anEventDerivedAgainIsNotJournaledTwice() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/t.events"
+        _ = try await EventJournal(path: path).append([event("a"), event("b")], time: Date())
+        // After a restart, the work since the last checkpoint is redone.
+        let reopened = try EventJournal(path: path)
+        let again = try await reopened.append([event("b"), event("c"), event("c")], time: Date())
+        #expect(again.map(\.id) == ["c"])
+        #expect(reopened.lastSeq == 3)
+    }
+
+    @Test func aTornLastLineIsCutAndTheJournalGoesOn() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/t.events"
+        _ = try await EventJournal(path: path).append([event("a"), event("b")], time: Date())
+        let size = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let handle = try #require(FileHandle(forWritingAtPath: path))
+        try handle.seekToEnd()
+        try handle.write(contentsOf: Data(#"{"seq":3,"type":"trip.ended","id":"#.utf8))
+        try handle.close()
+        let reopened = try EventJournal(path: path)
+        #expect(reopened.lastSeq == 2)
+        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int == size)
+        #expect(try await reopened.append([event("c")], time: Date()).map(\.seq) == [3])
+        #expect(try await reopened.read(fromSeq: 1, limit: 10).map(\.id) == ["a", "b", "c"])
+    }
+
+    @Test func aDamagedLineBeforeTheEndRefusesToOpen() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/t.events"
+        _ = try await EventJournal(path: path).append([event("a"), event("b")], time: Date())
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: path))
+        bytes[3] = UInt8(ascii: "x")
+        try bytes.write(to: URL(fileURLWithPath: path))
+        #expect(throws: EventJournal.Failure.self) { try EventJournal(path: path) }
+    }
+
+    @Test func anInvalidEventIsRefusedAndNothingIsWritten() async throws {
+        let dir = TempDir()
+        let journal = try EventJournal(path: dir.path + "/t.events")
+        await #expect(throws: EventJournal.Failure.self) {
+            try await journal.append([try event("ok"), try event("bad id")], time: Date())
+        }
+        #expect(journal.lastSeq == 0)
+        #expect(try await journal.read(fromSeq: 1, limit: 10).isEmpty)
+    }
+}
