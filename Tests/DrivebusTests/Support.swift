@@ -44,7 +44,7 @@ final class Child: @unchecked Sendable {
     private var stderrData = Data()
 
     init(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) throws {
-        process.executableURL = URL(fileURLWithPath: binDirectory + "/" + executable)
+        process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : binDirectory + "/" + executable)
         process.arguments = arguments
         if let cwd { process.currentDirectoryURL = URL(fileURLWithPath: cwd) }
         if let environment { process.environment = environment }

@@ -1,0 +1,70 @@
+import Foundation
+import Testing
+
+/// The target graph, read from `swift package dump-package`, keeps its layers pointing one way.
+@Suite struct LayeringTests {
+    struct Target {
+        let name: String
+        let path: String
+        let dependencies: [String]
+    }
+
+    /// Every target of the package, with the names of the targets and products it depends on.
+    static func targets() async throws -> [String: Target] {
+        let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+        // A scratch path of its own: the test run holds the lock on the package's `.build`.
+        let scratch = NSTemporaryDirectory() + "drivebus-dump-\(getpid())"
+        defer { try? FileManager.default.removeItem(atPath: scratch) }
+        let result = try await run("/usr/bin/env", ["swift", "package", "--scratch-path", scratch, "dump-package"], cwd: root)
+        try #require(result.status == 0, "dump-package failed: \(result.stderr)")
+        let manifest = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let entries = try #require(manifest["targets"] as? [[String: Any]])
+        var targets: [String: Target] = [:]
+        for entry in entries {
+            let name = try #require(entry["name"] as? String)
+            let dependencies = (entry["dependencies"] as? [[String: Any]] ?? []).compactMap { dependency -> String? in
+                // {"byName": [name, nil]}, {"target": [name, nil]} or {"product": [name, package, …]}
+                (dependency.values.first as? [Any])?.first as? String
+            }
+            targets[name] = Target(name: name, path: entry["path"] as? String ?? "", dependencies: dependencies)
+        }
+        return targets
+    }
+
+    /// Everything `name` depends on, directly or through other targets of the package.
+    static func closure(of name: String, in targets: [String: Target]) -> Set<String> {
+        var seen = Set<String>()
+        var stack = targets[name]?.dependencies ?? []
+        while let next = stack.popLast() {
+            guard seen.insert(next).inserted else { continue }
+            stack += targets[next]?.dependencies ?? []
+        }
+        return seen
+    }
+
+    @Test func sharedDependsOnNoServiceAndCoresOnNoIOLibrary() async throws {
+        let targets = try await Self.targets()
+        #expect(targets.count > 20, "the manifest was not read")
+        let services = Set(targets.values.filter { $0.path.hasPrefix("Services/") }.map(\.name))
+        for target in targets.values where target.path.hasPrefix("Shared/") {
+            let reached = Self.closure(of: target.name, in: targets).intersection(services)
+            #expect(reached.isEmpty, "\(target.name) (Shared) depends on service targets \(reached.sorted())")
+        }
+        let io = ["GRDB", "GRDBSQLite", "Hummingbird", "HummingbirdTesting", "AsyncHTTPClient", "Crypto"]
+        let cores = targets.values.filter { $0.name.hasSuffix("Core") }
+        #expect(cores.count >= 6)
+        for core in cores {
+            let reached = Self.closure(of: core.name, in: targets)
+            let bad = reached.filter { io.contains($0) || $0.hasPrefix("NIO") || $0 == "DrivebusKit" || $0 == "DrivebusZMQ" }
+            #expect(bad.isEmpty, "\(core.name) depends on \(bad.sorted())")
+        }
+    }
+
+    @Test func theModelsDependOnNothingOfOursAndTheBusWrapperOnLibzmqOnly() async throws {
+        let targets = try await Self.targets()
+        #expect(targets["DrivebusSchema"]?.dependencies == [])
+        #expect(targets["DrivebusGeo"]?.dependencies == [])
+        let zmq = Set(targets["DrivebusZMQ"]?.dependencies ?? ["missing"])
+        #expect(zmq.isSubset(of: ["CZMQ", "CDrivebusSupport"]))
+    }
+}
