@@ -107,6 +107,7 @@ let package = Package(
                 "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+                grdb,
             ],
             path: "Tests/DrivebusTests"
         ),
