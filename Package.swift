@@ -70,7 +70,7 @@ let package = Package(
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",
-            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", yams, logging],
+            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging],
             path: "Services/Config"
         ),
         .target(

@@ -1,6 +1,7 @@
 import CheckoutCore
 import GeofenceCore
 import ScorerCore
+import StatsCore
 import TripsCore
 import DrivebusSchema
 import DrivebusSettings
@@ -23,31 +24,8 @@ public struct DrivebusConfig: Sendable, Equatable {
     public var geofence: GeofenceConfiguration
     public var trips: TripsConfiguration
     public var scorer: ScorerConfiguration
-    public var costs: Costs
-
     /// Own car against rentals; priced by the stats service (docs/costs.md).
-    public struct Costs: Sendable, Equatable {
-        public struct Expense: Sendable, Equatable {
-            public var date: String
-            public var category: String
-            public var amount: Double
-        }
-
-        public struct Rental: Sendable, Equatable {
-            public var name: String
-            public var startFee: Double
-            public var perMinute: Double
-            public var perKm: Double
-            public var perHourCap: Double?
-            public var perDayCap: Double?
-            public var minFee: Double
-        }
-
-        public var currency = "EUR"
-        public var rentalKeepS = 7200.0
-        public var expenses: [Expense] = []
-        public var rentals: [Rental] = []
-    }
+    public var costs: CostsConfiguration
 
     public struct Device: Sendable, Equatable {
         public var id: String
@@ -98,7 +76,7 @@ public struct DrivebusConfig: Sendable, Equatable {
             geofence: GeofenceConfiguration(),
             trips: TripsConfiguration(),
             scorer: ScorerConfiguration(),
-            costs: Costs()
+            costs: CostsConfiguration()
         )
     }
 
@@ -300,8 +278,8 @@ extension DrivebusConfig {
         return scorer
     }
 
-    static func parseCosts(_ section: ConfigMapping) throws(ConfigError) -> Costs {
-        var costs = Costs()
+    static func parseCosts(_ section: ConfigMapping) throws(ConfigError) -> CostsConfiguration {
+        var costs = CostsConfiguration()
         costs.currency = try section.string("currency", default: costs.currency)
         costs.rentalKeepS = try section.double("rental_keep_s", default: costs.rentalKeepS, in: 0...2_592_000)
         let ownCar = try section.mapping("own_car", allowed: ["expenses"])
@@ -310,13 +288,13 @@ extension DrivebusConfig {
             let date = try entry.requiredString("date")
             guard RFC3339.parse(date + "T00:00:00Z") != nil else { throw ConfigError(path: entry.keyPath("date"), reason: "expected YYYY-MM-DD, got \"\(date)\"") }
             guard entry.has("amount") else { throw ConfigError(path: entry.keyPath("amount"), reason: "is required") }
-            costs.expenses.append(Costs.Expense(
+            costs.ownCar.expenses.append(.init(
                 date: date, category: try entry.string("category", default: "other"),
                 amount: try entry.double("amount", default: 0, in: -1e9...1e9)))
         }
         for (node, path) in try section.sequence("rentals") {
             let entry = try ConfigMapping(node, path: path, allowed: ["name", "start_fee", "per_minute", "per_km", "per_hour_cap", "per_day_cap", "min_fee"])
-            costs.rentals.append(Costs.Rental(
+            costs.rentals.append(.init(
                 name: try entry.requiredString("name"),
                 startFee: try entry.double("start_fee", default: 0, in: 0...1e6),
                 perMinute: try entry.double("per_minute", default: 0, in: 0...1e6),
@@ -324,6 +302,11 @@ extension DrivebusConfig {
                 perHourCap: entry.has("per_hour_cap") ? try entry.double("per_hour_cap", default: 0, in: 0...1e6) : nil,
                 perDayCap: entry.has("per_day_cap") ? try entry.double("per_day_cap", default: 0, in: 0...1e6) : nil,
                 minFee: try entry.double("min_fee", default: 0, in: 0...1e6)))
+        }
+        do {
+            try costs.validate()
+        } catch {
+            throw ConfigError(path: error.path, reason: error.reason)
         }
         return costs
     }

@@ -90,7 +90,7 @@ import Testing
         #expect(config.devices.map(\.id) == ["car", "taxi-phone"])
         #expect(config.geofence.zones.map(\.id) == ["home", "gate", "parking"])
         #expect(config.costs.rentals.first?.perHourCap == 9.99)
-        #expect(config.costs.expenses.count == 1)
+        #expect(config.costs.ownCar.expenses.count == 1)
         #expect(config == {
             var expected = DrivebusConfig.defaults(workingDirectory: "/srv")
             expected.devices = config.devices

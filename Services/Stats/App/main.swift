@@ -21,13 +21,7 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
             homes[device.id] = .init(center: polygon.projection.origin, radiusM: polygon.inradiusM)
         }
     }
-    let costs = CostsConfiguration(
-        currency: config.costs.currency, rentalKeepS: config.costs.rentalKeepS,
-        ownCar: .init(expenses: config.costs.expenses.map { .init(date: $0.date, category: $0.category, amount: $0.amount) }),
-        rentals: config.costs.rentals.map {
-            .init(name: $0.name, startFee: $0.startFee, perMinute: $0.perMinute, perKm: $0.perKm, perHourCap: $0.perHourCap, perDayCap: $0.perDayCap, minFee: $0.minFee)
-        })
-    try costs.validate()
+    let costs = config.costs
     let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))
     let metrics = StatsMetrics()
     let recorder = StatsRecorder(context: context, config: config, store: store, metrics: metrics)

@@ -97,7 +97,7 @@ enum Ledger {
     static func entries(_ db: Database, query: StatsQuery, costs: CostsConfiguration) throws -> [Entry] {
         var entries: [Entry] = []
         for expense in costs.ownCar.expenses {
-            guard let day = day(expense.date) else { continue }
+            guard let day = LedgerRules.day(expense.date) else { continue }
             entries.append(Entry(date: expense.date, day: day, category: expense.category, amount: Money.decimal(expense.amount), fromConfig: true))
         }
         let rows = try Row.fetchCursor(db, sql: "SELECT day, date, category, amount FROM expenses ORDER BY day, key")
@@ -109,43 +109,6 @@ enum Ledger {
         return entries
             .filter { $0.day * PeriodQueries.dayMs >= from && $0.day * PeriodQueries.dayMs < to }
             .sorted { ($0.day, $0.fromConfig ? 0 : 1, $0.category) < ($1.day, $1.fromConfig ? 0 : 1, $1.category) }
-    }
-
-    /// Days since 1970 of a strict `YYYY-MM-DD` from 1970 to 9999; nil otherwise.
-    static func day(_ text: String) -> Int64? {
-        let bytes = Array(text.utf8)
-        guard bytes.count == 10, bytes[4] == UInt8(ascii: "-"), bytes[7] == UInt8(ascii: "-") else { return nil }
-        func number(_ range: Range<Int>) -> Int? {
-            var value = 0
-            for byte in bytes[range] {
-                guard (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(byte) else { return nil }
-                value = value * 10 + Int(byte - UInt8(ascii: "0"))
-            }
-            return value
-        }
-        guard let year = number(0..<4), let month = number(5..<7), let day = number(8..<10),
-              (1970...9999).contains(year), (1...12).contains(month), (1...31).contains(day) else { return nil }
-        let days = Int64(RFC3339.days(fromYear: year, month: month, day: day))
-        // February 30 comes back as March 2: refused.
-        let civil = RFC3339.civil(fromDays: days)
-        guard civil.month == Int64(month), civil.day == Int64(day) else { return nil }
-        return days
-    }
-
-    /// Why a row cannot be in the ledger, as (field, reason); nil when it can.
-    static func problem(date: String, category: String, amount: Double) -> (String, String)? {
-        if day(date) == nil { return ("date", "must be a date YYYY-MM-DD from 1970 to 9999, got \"\(date.prefix(40))\"") }
-        if let reason = categoryProblem(category) { return ("category", reason) }
-        if !amount.isFinite || abs(amount) > 1e9 { return ("amount", "must be a number from -1000000000 to 1000000000") }
-        return nil
-    }
-
-    static func categoryProblem(_ category: String) -> String? {
-        guard (1...64).contains(category.count), !category.unicodeScalars.contains(where: { $0.value < 0x20 }),
-              category.trimmingCharacters(in: .whitespaces) == category else {
-            return "must be 1 to 64 printable characters without surrounding spaces"
-        }
-        return nil
     }
 
     // MARK: Parsing a posted ledger
@@ -178,9 +141,9 @@ enum Ledger {
     /// A checked row; `row` is its number for messages.
     static func make(row: Int, date: String?, category: String?, amount: Decimal?, amountText: String?, id: String?) throws(StatsError) -> Posted {
         guard let date, !date.isEmpty else { throw invalid(row: row, field: "date", "is required") }
-        guard let day = day(date) else { throw invalid(row: row, field: "date", "must be a date YYYY-MM-DD from 1970 to 9999, got \"\(date.prefix(40))\"") }
+        guard let day = LedgerRules.day(date) else { throw invalid(row: row, field: "date", "must be a date YYYY-MM-DD from 1970 to 9999, got \"\(date.prefix(40))\"") }
         guard let category, !category.isEmpty else { throw invalid(row: row, field: "category", "is required") }
-        if let reason = categoryProblem(category) { throw invalid(row: row, field: "category", reason) }
+        if let reason = LedgerRules.categoryProblem(category) { throw invalid(row: row, field: "category", reason) }
         guard let amount else {
             throw invalid(row: row, field: "amount", amountText.map { "must be a number such as 62.40, got \"\($0.prefix(40))\"" } ?? "is required")
         }
