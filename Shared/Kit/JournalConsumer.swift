@@ -47,10 +47,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
-    ///   - configure: applied to a core restored from a checkpoint, so that today's config wins.
+    ///   - decodingUserInfo: what a checkpoint needs to decode: the configurations it leaves out
+    ///     (`CheckpointConfiguration.userInfo`), so that today's config always wins.
     ///   - events: the service's event log, if other parts of it publish derived events too.
     public init(
-        context: ServiceContext, initial: Core, configure: (inout Core) -> Void = { _ in }, events: EventLog? = nil,
+        context: ServiceContext, initial: Core, events: EventLog? = nil,
         decodingUserInfo: [CodingUserInfoKey: any Sendable] = [:],
         tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
@@ -58,8 +59,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         self.context = context
         self.events = try events ?? EventLog(context: context)
         checkpoint = CheckpointFile(layout: context.settings.layout, name: context.name.rawValue)
-        var restored = try checkpoint.load(Checkpoint.self, userInfo: decodingUserInfo)
-        if restored != nil { configure(&restored!.core) }
+        let restored = try checkpoint.load(Checkpoint.self, userInfo: decodingUserInfo)
         state = Mutex(restored ?? Checkpoint(lastSeq: 0, core: initial))
         self.apply = apply
         self.tick = tick

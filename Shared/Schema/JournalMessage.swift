@@ -117,3 +117,30 @@ public struct LoggedEvent: Sendable, Equatable {
     /// The bus topic it was published on.
     public var topic: String { Topic.make(type, device: device) }
 }
+
+/// Cores leave their configuration out of their checkpoints: a checkpoint holds state only, so
+/// today's config always wins and no setting (or secret) is written to disk twice. The decoder
+/// hands the configuration back in through its `userInfo`.
+public enum CheckpointConfiguration {
+    public static func key<Configuration>(for type: Configuration.Type) -> CodingUserInfoKey {
+        CodingUserInfoKey(rawValue: "drivebus.configuration.\(String(reflecting: type))")!
+    }
+
+    /// The configuration the decoder was given for `type`; decoding fails without one.
+    public static func read<Configuration>(_ type: Configuration.Type, from decoder: any Decoder) throws -> Configuration {
+        guard let configuration = decoder.userInfo[key(for: type)] as? Configuration else {
+            throw DecodingError.dataCorrupted(DecodingError.Context(
+                codingPath: decoder.codingPath, debugDescription: "decode with userInfo[CheckpointConfiguration.key(for: \(type).self)] set"))
+        }
+        return configuration
+    }
+
+    /// `userInfo` for a decoder of checkpoints that need these configurations.
+    public static func userInfo<each Configuration: Sendable>(_ configurations: repeat each Configuration) -> [CodingUserInfoKey: any Sendable] {
+        var info: [CodingUserInfoKey: any Sendable] = [:]
+        for configuration in repeat each configurations {
+            info[key(for: type(of: configuration))] = configuration
+        }
+        return info
+    }
+}

@@ -460,7 +460,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
             var first = CheckoutDetector()
             var out = checkoutRun(Array(inputs.prefix(split)), &first)
             let data = try JSONEncoder().encode(first)
-            var restored = try JSONDecoder().decode(CheckoutDetector.self, from: data)
+            var restored = try checkpointDecoder(CheckoutConfiguration()).decode(CheckoutDetector.self, from: data)
             #expect(restored == first)
             out += checkoutRun(Array(inputs.dropFirst(split)), &restored)
             #expect(out == expected, "split at \(split)")

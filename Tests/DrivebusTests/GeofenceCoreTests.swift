@@ -98,7 +98,7 @@ func geofenceEncode(_ engine: GeofenceEngine) throws -> Data {
 
 func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throws -> GeofenceEngine {
     let decoder = JSONDecoder()
-    decoder.userInfo[GeofenceEngine.configurationKey] = configuration
+    decoder.userInfo = CheckpointConfiguration.userInfo(configuration)
     return try decoder.decode(GeofenceEngine.self, from: data)
 }
 

@@ -439,7 +439,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
             var first = DriveScorer(configuration: configuration)
             var outputs = scorerRun(&first, Array(inputs[..<cut]))
             let data = try JSONEncoder().encode(first)
-            var restored = try JSONDecoder().decode(DriveScorer.self, from: data)
+            var restored = try checkpointDecoder(configuration).decode(DriveScorer.self, from: data)
             #expect(try sorted.encode(restored) == sorted.encode(first))
             outputs += scorerRun(&restored, Array(inputs[cut...]))
             #expect(outputs == expected, "cut at \(cut)")

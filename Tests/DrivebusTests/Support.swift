@@ -316,3 +316,10 @@ func collect(
     if !finished { Issue.record("collecting did not finish within \(timeout); got \(seen.map(\.topic))", sourceLocation: sourceLocation) }
     return seen
 }
+
+/// A decoder for a core's checkpoint, given the configurations the checkpoint leaves out.
+func checkpointDecoder<each Configuration: Sendable>(_ configurations: repeat each Configuration) -> JSONDecoder {
+    let decoder = JSONDecoder()
+    decoder.userInfo = CheckpointConfiguration.userInfo(repeat each configurations)
+    return decoder
+}

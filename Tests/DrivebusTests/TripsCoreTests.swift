@@ -248,7 +248,7 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         script.importFinished()
         var segmenter = TripSegmenter(configuration: TripsConfiguration())
         var outputs = script.inputs[..<restartAt].flatMap { segmenter.handle($0) }
-        var restored = try JSONDecoder().decode(TripSegmenter.self, from: JSONEncoder().encode(segmenter))
+        var restored = try checkpointDecoder(TripsConfiguration()).decode(TripSegmenter.self, from: JSONEncoder().encode(segmenter))
         var shorterStops = TripsConfiguration()
         shorterStops.minDurationS = 120
         restored.configuration = shorterStops
@@ -593,7 +593,7 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         #expect(expected.contains { $0.type == "device.silent" })
         #expect(Set(expected.map(\.device)) == ["car", "van"])
 
-        let encoder = JSONEncoder(), decoder = JSONDecoder()
+        let encoder = JSONEncoder(), decoder = checkpointDecoder(TripsConfiguration())
         for every in [7, 97, 250, 1000] {
             var segmenter = TripSegmenter(configuration: TripsConfiguration())
             var outputs: [TripsOutput] = []
@@ -629,7 +629,24 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         let segmenter = tripsRun(script.inputs).segmenter
         var json = try #require(String(data: JSONEncoder().encode(segmenter), encoding: .utf8))
         json = json.replacingOccurrences(of: "\"stayIndex\":", with: "\"stayIndex\":9999")
-        #expect(throws: DecodingError.self) { try JSONDecoder().decode(TripSegmenter.self, from: Data(json.utf8)) }
+        #expect(throws: DecodingError.self) { try checkpointDecoder(TripsConfiguration()).decode(TripSegmenter.self, from: Data(json.utf8)) }
+    }
+
+    @Test func theCheckpointHoldsStateAndNoConfiguration() throws {
+        var script = TripsScript()
+        script.drive(toX: 1000, y: 0, speed: 15)
+        var configuration = TripsConfiguration()
+        configuration.minDurationS = 77
+        var segmenter = TripSegmenter(configuration: configuration)
+        for input in script.inputs { _ = segmenter.handle(input) }
+        let data = try JSONEncoder().encode(segmenter)
+        let keys = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any]).keys
+        #expect(Set(keys) == ["devices", "last_seq", "out_of_order", "outliers"])
+        // Decoded with today's configuration, which wins; without one, decoding fails.
+        let restored = try checkpointDecoder(TripsConfiguration()).decode(TripSegmenter.self, from: data)
+        #expect(restored.configuration == TripsConfiguration())
+        #expect(restored.lastSeq == segmenter.lastSeq)
+        #expect(throws: DecodingError.self) { try JSONDecoder().decode(TripSegmenter.self, from: data) }
     }
 
     // MARK: Configuration

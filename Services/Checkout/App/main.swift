@@ -7,7 +7,7 @@ await ServiceRunner.main(.checkout, configuration: DrivebusConfig.self) { contex
     let consumer = try JournalConsumer(
         context: context,
         initial: CheckoutDetector(configuration: configuration),
-        configure: { $0.configuration = configuration },
+        decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
         apply: { detector, message, _ in
             let input: CheckoutInput
             switch message.type {

@@ -13,7 +13,6 @@ public enum CheckoutInput: Sendable {
 /// Taxi check-out for all devices, as a pure state machine: the output is a function of the
 /// inputs alone, and the value itself (Codable) is the checkpoint. See `docs/checkout.md`.
 public struct CheckoutDetector: Sendable, Codable, Equatable {
-    /// Settable, so that a restored checkpoint runs with the current config.
     public var configuration: CheckoutConfiguration
     /// The highest journal seq handled; inputs at or below it are replays and are ignored.
     public private(set) var lastSeq: UInt64 = 0
@@ -21,6 +20,25 @@ public struct CheckoutDetector: Sendable, Codable, Equatable {
 
     public init(configuration: CheckoutConfiguration = CheckoutConfiguration()) {
         self.configuration = configuration
+    }
+
+    /// The configuration is not in the checkpoint: see `CheckpointConfiguration`.
+    enum CodingKeys: String, CodingKey {
+        case lastSeq = "last_seq"
+        case devices
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        configuration = try CheckpointConfiguration.read(CheckoutConfiguration.self, from: decoder)
+        lastSeq = try container.decode(UInt64.self, forKey: .lastSeq)
+        devices = try container.decode([String: DeviceState].self, forKey: .devices)
+    }
+
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(lastSeq, forKey: .lastSeq)
+        try container.encode(devices, forKey: .devices)
     }
 
     /// Check-ins still waiting for their check-out.

@@ -12,7 +12,7 @@ await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { contex
     let consumer = try JournalConsumer(
         context: context,
         initial: GeofenceEngine(configuration: configuration), events: events,
-        decodingUserInfo: [GeofenceEngine.configurationKey: configuration],
+        decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
         apply: { engine, message, live in
             let input: GeofenceInput
             switch message.type {

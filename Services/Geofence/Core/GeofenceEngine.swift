@@ -105,11 +105,9 @@ public enum GeofenceOutput: Sendable, Equatable {
 /// `live`, by design.
 ///
 /// Codable is the checkpoint: device states and `lastSeq`, not the configuration (which holds
-/// secrets). Decode with `decoder.userInfo[GeofenceEngine.configurationKey] = configuration`;
+/// secrets). Decode with `decoder.userInfo = CheckpointConfiguration.userInfo(configuration)`;
 /// state for zones and gates that are no longer configured is dropped.
 public struct GeofenceEngine: Sendable, Codable {
-    public static let configurationKey = CodingUserInfoKey(rawValue: "drivebus.geofence.configuration")!
-
     private let model: GeofenceModel
     private var devices: [DeviceState] = []
     private var deviceSlots: [String: Int] = [:]
@@ -339,10 +337,7 @@ public struct GeofenceEngine: Sendable, Codable {
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        guard let configuration = decoder.userInfo[Self.configurationKey] as? GeofenceConfiguration else {
-            throw DecodingError.dataCorrupted(DecodingError.Context(
-                codingPath: [], debugDescription: "set decoder.userInfo[GeofenceEngine.configurationKey] to the configuration"))
-        }
+        let configuration = try CheckpointConfiguration.read(GeofenceConfiguration.self, from: decoder)
         let version = try container.decode(Int.self, forKey: .version)
         guard version == 1 else {
             throw DecodingError.dataCorruptedError(forKey: .version, in: container, debugDescription: "checkpoint version \(version) is not 1")

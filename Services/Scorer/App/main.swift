@@ -10,10 +10,7 @@ await ServiceRunner.main(.scorer, configuration: DrivebusConfig.self) { context,
     let consumer = try JournalConsumer(
         context: context,
         initial: DriveDerivations(trips: config.trips, scorer: scorerConfiguration),
-        configure: { [tripsConfiguration = config.trips] in
-            $0.scorer.configuration = scorerConfiguration
-            $0.segmenter.configuration = tripsConfiguration
-        },
+        decodingUserInfo: CheckpointConfiguration.userInfo(config.trips, scorerConfiguration),
         apply: { state, message, _ in state.handle(message, arrivedAt: Date()).scores },
         tick: { state, now in state.tick(now).scores }
     )

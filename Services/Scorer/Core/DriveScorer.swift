@@ -129,8 +129,8 @@ public struct DriveScorer: Sendable, Codable {
 
     // MARK: Codable (the checkpoint)
 
+    /// The configuration is not in the checkpoint: see `CheckpointConfiguration`.
     enum CodingKeys: String, CodingKey {
-        case configuration
         case lastSeq = "last_seq"
         case devices
         case pendingEnds = "pending_ends"
@@ -138,7 +138,7 @@ public struct DriveScorer: Sendable, Codable {
 
     public init(from decoder: any Decoder) throws {
         let c = try decoder.container(keyedBy: CodingKeys.self)
-        configuration = try c.decode(ScorerConfiguration.self, forKey: .configuration)
+        configuration = try CheckpointConfiguration.read(ScorerConfiguration.self, from: decoder)
         tuning = Tuning(configuration)
         lastSeq = try c.decode(UInt64.self, forKey: .lastSeq)
         devices = try c.decode([String: DeviceState].self, forKey: .devices)
@@ -147,7 +147,6 @@ public struct DriveScorer: Sendable, Codable {
 
     public func encode(to encoder: any Encoder) throws {
         var c = encoder.container(keyedBy: CodingKeys.self)
-        try c.encode(configuration, forKey: .configuration)
         try c.encode(lastSeq, forKey: .lastSeq)
         try c.encode(devices, forKey: .devices)
         try c.encode(pendingEnds, forKey: .pendingEnds)

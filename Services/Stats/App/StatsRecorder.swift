@@ -54,12 +54,10 @@ final class StatsRecorder: Service, Sendable {
     func run() async throws {
         let cursor = try await store.journalCursor()
         seq.store(cursor.seq, ordering: .relaxed)
-        if let state = cursor.state, let restored = try? JSONDecoder().decode(StatsDerivations.self, from: state) {
-            derivations.withLock {
-                $0 = restored
-                $0.scorer.configuration = scorerConfiguration
-                $0.segmenter.configuration = tripsConfiguration
-            }
+        if let state = cursor.state {
+            let decoder = JSONDecoder()
+            decoder.userInfo = CheckpointConfiguration.userInfo(tripsConfiguration, scorerConfiguration)
+            if let restored = try? decoder.decode(StatsDerivations.self, from: state) { derivations.withLock { $0 = restored } }
         }
         let heartbeats = try await context.bus.subscribe(["svc.heartbeat."])
         try await withThrowingDiscardingTaskGroup { group in

@@ -7,7 +7,7 @@ await ServiceRunner.main(.trips, configuration: DrivebusConfig.self) { context, 
     let consumer = try JournalConsumer(
         context: context,
         initial: TripSegmenter(configuration: config.trips),
-        configure: { [configuration = config.trips] in $0.configuration = configuration },
+        decodingUserInfo: CheckpointConfiguration.userInfo(config.trips),
         apply: { segmenter, message, _ in
             guard let input = TripsInput(message) else { return [] }
             return segmenter.handle(input, arrivedAt: Date()).compactMap(\.derived)

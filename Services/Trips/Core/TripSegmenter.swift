@@ -166,8 +166,9 @@ public struct TripSegmenter: Sendable, Codable {
 
     // MARK: Codable (the checkpoint)
 
+    /// The configuration is not in the checkpoint: see `CheckpointConfiguration`.
     enum CodingKeys: String, CodingKey {
-        case configuration, devices
+        case devices
         case lastSeq = "last_seq"
         case outOfOrderCount = "out_of_order"
         case outlierCount = "outliers"
@@ -175,7 +176,7 @@ public struct TripSegmenter: Sendable, Codable {
 
     public init(from decoder: any Decoder) throws {
         let container = try decoder.container(keyedBy: CodingKeys.self)
-        configuration = try container.decode(TripsConfiguration.self, forKey: .configuration)
+        configuration = try CheckpointConfiguration.read(TripsConfiguration.self, from: decoder)
         lastSeq = try container.decode(UInt64.self, forKey: .lastSeq)
         outOfOrderCount = try container.decode(Int.self, forKey: .outOfOrderCount)
         outlierCount = try container.decode(Int.self, forKey: .outlierCount)
@@ -191,7 +192,6 @@ public struct TripSegmenter: Sendable, Codable {
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
-        try container.encode(configuration, forKey: .configuration)
         try container.encode(lastSeq, forKey: .lastSeq)
         try container.encode(outOfOrderCount, forKey: .outOfOrderCount)
         try container.encode(outlierCount, forKey: .outlierCount)
