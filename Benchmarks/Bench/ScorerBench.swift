@@ -25,7 +25,7 @@ struct ScorerBench: AsyncParsableCommand {
         var configuration = ScorerConfiguration()
         configuration.speedLimitKmh = 50
         configuration.zoneSpeedLimits = [
-            ZoneLimit(id: "school", center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 500, speedLimitKmh: 30),
+            Zone(id: "school", shape: .circle(center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 500), speedLimitKmh: 30),
         ]
         let reported = Self.inputs(fixes: fixes, devices: max(devices, 1), reportMotion: true)
         let positions = Self.inputs(fixes: fixes, devices: max(devices, 1), reportMotion: false)

@@ -263,13 +263,7 @@ extension DrivebusConfig {
         let weights = try section.mapping("weights", allowed: Set(weightKeys.map(\.0)))
         for (key, path) in weightKeys { scorer.weights[keyPath: path] = try weights.double(key, default: scorer.weights[keyPath: path], in: 0...1000) }
         // Per-zone limits come from the zones themselves (zones[].speed_limit_kmh).
-        scorer.zoneSpeedLimits = zones.compactMap { zone in
-            guard let limit = zone.speedLimitKmh else { return nil }
-            switch zone.shape {
-            case .circle(let center, let radiusM): return ZoneLimit(id: zone.id, center: center, radiusM: radiusM, speedLimitKmh: limit)
-            case .polygon(let vertices): return ZoneLimit(id: zone.id, polygon: vertices, speedLimitKmh: limit)
-            }
-        }
+        scorer.zoneSpeedLimits = zones.filter { $0.speedLimitKmh != nil }
         do {
             try scorer.validate()
         } catch {

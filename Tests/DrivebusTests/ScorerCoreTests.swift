@@ -238,7 +238,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
         configuration.speedLimitKmh = 100
         // A 30 zone 300 m around the point 800 m along.
         let center = ScorerDrive.projection.unproject(x: 800, y: 0)
-        configuration.zoneSpeedLimits = [ZoneLimit(id: "school", center: center, radiusM: 300, speedLimitKmh: 30)]
+        configuration.zoneSpeedLimits = [Zone(id: "school", shape: .circle(center: center, radiusM: 300), speedLimitKmh: 30)]
         let events = scorerEvents(scorerRun(drive.fixes, configuration: configuration))
         #expect(events.count == 1)
         #expect(events.first?.type == .speeding)
@@ -502,7 +502,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
         bad.harshBrakeMps2 = 3
         bad.smoothingWindowS = .nan
         bad.historyFixes = -1
-        bad.zoneSpeedLimits = [ZoneLimit(id: "z", polygon: [Coordinate(lat: 1, lon: 1)], speedLimitKmh: 30)]
+        bad.zoneSpeedLimits = [Zone(id: "z", shape: .polygon([Coordinate(lat: 1, lon: 1)]), speedLimitKmh: 30)]
         #expect(throws: ScorerConfigurationError(key: "harsh_brake_mps2", reason: "must be negative (a deceleration), above -50")) {
             try bad.validate()
         }
@@ -520,12 +520,12 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
         expected.harshBrakeMps2 = -4
         expected.speedLimitKmh = 80
         expected.weights.harshBrake = 2
-        expected.zoneSpeedLimits = [ZoneLimit(id: "school", center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 200, speedLimitKmh: 30)]
+        expected.zoneSpeedLimits = [Zone(id: "school", shape: .circle(center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 200), speedLimitKmh: 30)]
         #expect(configuration == expected)
         try configuration.validate()
         try ScorerConfiguration().validate()
         var zoneless = ScorerConfiguration()
-        zoneless.zoneSpeedLimits = [ZoneLimit(id: "z", polygon: [], speedLimitKmh: 30)]
+        zoneless.zoneSpeedLimits = [Zone(id: "z", shape: .polygon([]), speedLimitKmh: 30)]
         #expect(throws: ScorerConfigurationError.self) { try zoneless.validate() }
     }
 

@@ -73,7 +73,7 @@ func statsTripEnded(_ fixes: [Fix], id: String) -> [UInt8] {
     ] as [String: Any])
 }
 
-func statsViennaStore(_ scratch: StatsScratch, homes: [String: StatsStore.Configuration.Home] = [:]) throws -> StatsStore {
+func statsViennaStore(_ scratch: StatsScratch, homes: [String: Zone] = [:]) throws -> StatsStore {
     let store = try StatsStore(.init(path: scratch.database, homes: homes))
     try statsStoreSync(store, statsVienna.map(statsFixEvent) + [statsEvent("trip.ended", id: "trip-vienna", statsTripEnded(statsVienna, id: "car-1"))])
     return store
@@ -255,7 +255,7 @@ extension JSONValue {
 
     @Test func csvAndGeoJSONExportsRoundTripEveryPoint() throws {
         let scratch = StatsScratch()
-        let home = StatsStore.Configuration.Home(center: Coordinate(lat: statsVienna[0].lat, lon: statsVienna[0].lon), radiusM: 100)
+        let home = Zone(id: "home", shape: .circle(center: Coordinate(lat: statsVienna[0].lat, lon: statsVienna[0].lon), radiusM: 100))
         let store = try statsViennaStore(scratch, homes: ["car": home])
 
         let csv = try statsExport(store, .fixes(.csv), StatsQuery(device: "car")).text
@@ -267,7 +267,7 @@ extension JSONValue {
             let cells = line.split(separator: ",", omittingEmptySubsequences: false)
             #expect(cells.count == 9)
             #expect(RFC3339.parse(cells[0]) == fix.time && Double(cells[1]) == fix.lat && Double(cells[2]) == fix.lon)
-            let distance = Geo.distance(Coordinate(lat: fix.lat, lon: fix.lon), home.center)
+            let distance = Geo.distance(Coordinate(lat: fix.lat, lon: fix.lon), home.circle.center)
             #expect(cells[7] == (distance <= 100 ? "true" : "false"))
             #expect(abs(Double(cells[8])! - distance) <= 0.05)
         }
@@ -339,7 +339,7 @@ extension JSONValue {
         for minute in stride(from: 0, to: 30, by: 10) { add(String(format: "2025-03-11T00:%02d:00Z", minute), work) }
         add("2025-03-11T00:30:00Z", center)
 
-        let home = StatsStore.Configuration.Home(center: center, radiusM: 150)
+        let home = Zone(id: "home", shape: .circle(center: center, radiusM: 150))
         let store = try StatsStore(.init(path: scratch.database, homes: ["van": home]))
         try await store.store(fixes.map(statsFixEvent))
 
@@ -399,7 +399,7 @@ extension JSONValue {
 
     @Test func theMapHasOnePolylinePerTrip() async throws {
         let scratch = StatsScratch()
-        let store = try StatsStore(.init(path: scratch.database, homes: ["car": .init(center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 200)]))
+        let store = try StatsStore(.init(path: scratch.database, homes: ["car": Zone(id: "home", shape: .circle(center: Coordinate(lat: 48.2, lon: 16.37), radiusM: 200))]))
         let parts = [statsVienna[0..<500], statsVienna[500..<1000], statsVienna[1000...]]
         try await store.store(parts.enumerated().map { index, part in statsEvent("trip.ended", statsTripEnded(Array(part), id: "t\(index)")) })
         // A trip with a single point has nothing to draw.

@@ -253,7 +253,7 @@ final class Issue9Page: NSObject, XMLParserDelegate {
 
     @Test func aFilledDatabaseShowsTripsCostsMapAndCandidates() async throws {
         let scratch = StatsScratch()
-        let store = try StatsStore(.init(path: scratch.database, homes: ["car": .init(center: issue9Home, radiusM: 300)]))
+        let store = try StatsStore(.init(path: scratch.database, homes: ["car": Zone(id: "home", shape: .circle(center: issue9Home, radiusM: 300))]))
         let trips = try issue9FillDashboardStore(store)
         let app = Application(router: makeStatsRouter(store: store, configuration: .init(costs: issue9DashboardCosts())))
         try await app.test(.router) { client in
@@ -330,7 +330,7 @@ func issue9Screenshot() async throws {
     let size = ProcessInfo.processInfo.environment["DRIVEBUS_SCREENSHOT_SIZE"] ?? "1280,1800"
     // The server's "this month" is the real one: the same household, a year up to today.
     let scratch = StatsScratch()
-    let store = try StatsStore(.init(path: scratch.database, homes: ["car": .init(center: issue9Home, radiusM: 300)]))
+    let store = try StatsStore(.init(path: scratch.database, homes: ["car": Zone(id: "home", shape: .circle(center: issue9Home, radiusM: 300))]))
     try issue9FillDashboardStore(store, now: Date())
     let app = Application(router: makeStatsRouter(store: store, configuration: .init(costs: issue9DashboardCosts(now: Date()))))
     try? FileManager.default.removeItem(atPath: path)

@@ -24,7 +24,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
     /// `zone_speed_limits`: normally filled from the top-level `zones[]` that have a
     /// `speed_limit_kmh`. Inside a zone its limit replaces the global one; inside several, the
     /// lowest applies.
-    public var zoneSpeedLimits: [ZoneLimit] = []
+    public var zoneSpeedLimits: [Zone] = []
     /// `smoothing_window_s`: speed and heading are fitted by least squares over the fixes within
     /// ±window/2 of each fix. 3 s holds three fixes at 1 Hz.
     public var smoothingWindowS = 3.0
@@ -143,14 +143,14 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         for (index, zone) in zoneSpeedLimits.enumerated() {
             let key = "zone_speed_limits[\(index)]"
             try check(!zone.id.isEmpty, "\(key).id", "must not be empty")
-            try check(finite(zone.speedLimitKmh) && zone.speedLimitKmh > 0, "\(key).speed_limit_kmh", "must be positive")
-            if let polygon = zone.polygon {
+            try check(finite(zone.speedLimitKmh ?? 0) && (zone.speedLimitKmh ?? 0) > 0, "\(key).speed_limit_kmh", "must be positive")
+            switch zone.shape {
+            case .polygon(let polygon):
                 try check(polygon.count >= 3, "\(key).polygon", "needs at least 3 vertices")
                 try check(polygon.allSatisfy { abs($0.lat) <= 90 && abs($0.lon) <= 180 }, "\(key).polygon", "has a vertex outside -90…90, -180…180")
-            } else {
-                guard let center = zone.center else { throw ScorerConfigurationError(key: "\(key).center", reason: "a zone needs a center and radius_m, or a polygon") }
+            case .circle(let center, let radiusM):
                 try check(abs(center.lat) <= 90 && abs(center.lon) <= 180, "\(key).center", "is outside -90…90, -180…180")
-                try check((zone.radiusM ?? 0) > 0 && finite(zone.radiusM ?? 0), "\(key).radius_m", "must be positive")
+                try check(radiusM > 0 && finite(radiusM), "\(key).radius_m", "must be positive")
             }
         }
         try check(finite(smoothingWindowS) && smoothingWindowS >= 0.5 && smoothingWindowS <= 60, "smoothing_window_s", "must be between 0.5 and 60")
@@ -164,35 +164,6 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
             try check(finite(weight) && weight >= 0, "weights.\(name)", "must be 0 or more")
         }
         try check((16...1_000_000).contains(historyFixes), "history_fixes", "must be between 16 and 1000000")
-    }
-}
-
-/// A zone with its own speed limit: a circle (`center`, `radius_m`) or a polygon.
-public struct ZoneLimit: Sendable, Equatable, Codable {
-    public var id: String
-    public var center: Coordinate?
-    public var radiusM: Double?
-    /// At least 3 vertices; when present, `center` and `radius_m` are ignored.
-    public var polygon: [Coordinate]?
-    public var speedLimitKmh: Double
-
-    public init(id: String, center: Coordinate, radiusM: Double, speedLimitKmh: Double) {
-        self.id = id
-        self.center = center
-        self.radiusM = radiusM
-        self.speedLimitKmh = speedLimitKmh
-    }
-
-    public init(id: String, polygon: [Coordinate], speedLimitKmh: Double) {
-        self.id = id
-        self.polygon = polygon
-        self.speedLimitKmh = speedLimitKmh
-    }
-
-    enum CodingKeys: String, CodingKey {
-        case id, center, polygon
-        case radiusM = "radius_m"
-        case speedLimitKmh = "speed_limit_kmh"
     }
 }
 

@@ -78,17 +78,16 @@ struct Tuning: Sendable {
             case polygon(GeoPolygon, minLat: Double, maxLat: Double)
         }
 
-        init?(_ zone: ZoneLimit) {
-            guard zone.speedLimitKmh.isFinite, zone.speedLimitKmh > 0 else { return nil }
-            limit = zone.speedLimitKmh
-            if let vertices = zone.polygon {
+        init?(_ zone: DrivebusGeo.Zone) {
+            guard let limit = zone.speedLimitKmh, limit.isFinite, limit > 0 else { return nil }
+            self.limit = limit
+            switch zone.shape {
+            case .polygon(let vertices):
                 guard vertices.count >= 3, vertices.allSatisfy({ abs($0.lat) <= 90 && abs($0.lon) <= 180 }) else { return nil }
                 let lats = vertices.map(\.lat)
                 shape = .polygon(GeoPolygon(vertices), minLat: lats.min() ?? -90, maxLat: lats.max() ?? 90)
-            } else {
-                guard let center = zone.center, abs(center.lat) <= 90, abs(center.lon) <= 180,
-                      let radius = zone.radiusM, radius.isFinite, radius > 0
-                else { return nil }
+            case .circle(let center, let radius):
+                guard abs(center.lat) <= 90, abs(center.lon) <= 180, radius.isFinite, radius > 0 else { return nil }
                 shape = .circle(
                     lat: center.lat, lon: center.lon,
                     metresPerDegreeLon: Kinematics.metresPerDegree * cos(center.lat * .pi / 180),

@@ -9,17 +9,9 @@ import StatsStore
 import StatsHTTP
 
 await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, config in
-    var homes: [String: StatsStore.Configuration.Home] = [:]
+    var homes: [String: Zone] = [:]
     for device in config.devices {
-        guard let home = device.home, let zone = config.geofence.zones.first(where: { $0.id == home }) else { continue }
-        switch zone.shape {
-        case .circle(let center, let radiusM):
-            homes[device.id] = .init(center: center, radiusM: radiusM)
-        case .polygon(let vertices):
-            // Time away is measured against a circle: the polygon's largest inscribed one.
-            let polygon = GeoPolygon(vertices)
-            homes[device.id] = .init(center: polygon.projection.origin, radiusM: polygon.inradiusM)
-        }
+        if let home = device.home, let zone = config.geofence.zones.first(where: { $0.id == home }) { homes[device.id] = zone }
     }
     let costs = config.costs
     let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))

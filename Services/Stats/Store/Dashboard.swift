@@ -88,7 +88,7 @@ enum Dashboard {
             away[period.period] = period.awayFromHomeS
             if period.awayFromHomeS != nil { hasHome = true }
         }
-        let devicesWithHome = options.device.map { store.configuration.homes[$0] != nil } ?? !store.configuration.homes.isEmpty
+        let devicesWithHome = options.device.map { store.homes[$0] != nil } ?? !store.homes.isEmpty
         hasHome = hasHome || devicesWithHome
         let days: [(String, Double?)] = (0..<30).map { offset in
             let (y, m, d) = RFC3339.civil(fromDays: today - 29 + Int64(offset))

@@ -60,7 +60,7 @@ extension StatsStore {
             var out = ChunkWriter(chunkBytes: chunkBytes, emit: emit)
             try pool.read { db in
                 switch export {
-                case .fixes(.csv): try ExportQueries.fixesCSV(db, query: query, configuration: configuration, out: &out)
+                case .fixes(.csv): try ExportQueries.fixesCSV(db, query: query, homes: homes, out: &out)
                 case .fixes(.gpx): try ExportQueries.fixesGPX(db, query: query, configuration: configuration, out: &out)
                 case .fixes(.geojson): try ExportQueries.fixesGeoJSON(db, query: query, out: &out)
                 case .trips(.gpx): try ExportQueries.tripsGPX(db, query: query, out: &out)
@@ -112,10 +112,10 @@ enum ExportQueries {
         }
     }
 
-    static func fixesCSV(_ db: Database, query: StatsQuery, configuration: StatsStore.Configuration, out: inout ChunkWriter) throws {
+    static func fixesCSV(_ db: Database, query: StatsQuery, homes: [String: HomeCircle], out: inout ChunkWriter) throws {
         out.append("time,lat,lon,accuracy_m,altitude_m,speed_mps,course_deg,is_home,distance_from_home_m\n")
         for device in try devicesWithFixes(db, query: query) {
-            let home = configuration.homes[device]
+            let home = homes[device]
             try eachFix(db, device: device, fromMs: query.fromMs, toMs: query.toMs) { fix in
                 out.time(ms: fix.timeMs)
                 out.byte(","); out.number(fix.lat)

@@ -16,7 +16,7 @@ extension StatsStore {
             try MapQueries.eachTrack(db, query: query, toleranceM: configuration.mapToleranceM) { tracks.append($0) }
             return tracks
         }
-        let homes = query.device.map { device in configuration.homes[device].map { [$0] } ?? [] } ?? Array(configuration.homes.values)
+        let homes = query.device.map { device in self.homes[device].map { [$0] } ?? [] } ?? Array(self.homes.values)
         return MapQueries.svg(tracks, homes: homes, width: width, height: height)
     }
 }
@@ -59,7 +59,7 @@ enum MapQueries {
         out.append("\n]}\n")
     }
 
-    static func svg(_ tracks: [Track], homes: [StatsStore.Configuration.Home], width: Int, height: Int) -> [UInt8] {
+    static func svg(_ tracks: [Track], homes: [HomeCircle], width: Int, height: Int) -> [UInt8] {
         let w = Double(width), h = Double(height)
         var out = [UInt8]()
         out.reserveCapacity(64 * 1024 + tracks.reduce(0) { $0 + $1.points.count * 12 })

@@ -34,7 +34,7 @@ extension StatsStore {
     /// Periods with any fix, trip or time away in the range, oldest first.
     public func periods(_ period: PeriodStats.Period, _ query: StatsQuery) async throws -> [PeriodStats] {
         let configuration = configuration
-        return try await pool.read { db in try PeriodQueries.compute(db, period: period, query: query, configuration: configuration) }
+        return try await pool.read { db in try PeriodQueries.compute(db, period: period, query: query, configuration: configuration, homes: homes) }
     }
 
     /// `{"days": [...]}` or `{"months": [...]}`.
@@ -79,7 +79,7 @@ enum PeriodQueries {
         var awayS = 0.0
     }
 
-    static func compute(_ db: Database, period: PeriodStats.Period, query: StatsQuery, configuration: StatsStore.Configuration) throws -> [PeriodStats] {
+    static func compute(_ db: Database, period: PeriodStats.Period, query: StatsQuery, configuration: StatsStore.Configuration, homes: [String: HomeCircle]) throws -> [PeriodStats] {
         var days: [Int64: Bucket] = [:]
         let fromMs = query.fromMs, toMs = query.toMs
 
@@ -98,7 +98,7 @@ enum PeriodQueries {
         var anyHome = false
         let maxGapMs = Int64(max(0, min(configuration.maxGapS, 1e9)) * 1000)
         for device in devices {
-            guard let home = configuration.homes[device] else {
+            guard let home = homes[device] else {
                 // No home: only counts, which SQLite does fastest.
                 let counts = try Row.fetchCursor(db, sql: """
                     SELECT time_ms / \(dayMs), count(*) FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? GROUP BY 1
@@ -167,13 +167,13 @@ enum PeriodQueries {
 /// Time away from home from a device's fixes in time order. A fix's state (home or away) holds
 /// until the next fix; a gap longer than `maxGapMs` is unknown and not counted.
 struct AwayClock {
-    let home: StatsStore.Configuration.Home
+    let home: HomeCircle
     let maxGapMs: Int64
     let fromMs: Int64
     let toMs: Int64
     private var last: (time: Int64, away: Bool)?
 
-    init(home: StatsStore.Configuration.Home, maxGapMs: Int64, fromMs: Int64, toMs: Int64) {
+    init(home: HomeCircle, maxGapMs: Int64, fromMs: Int64, toMs: Int64) {
         self.home = home
         self.maxGapMs = maxGapMs
         self.fromMs = fromMs

@@ -36,16 +36,6 @@ public struct StoredEvent: Sendable, Equatable {
 /// Writes go through one GRDB writer; reads use WAL snapshots, so exports never hold up storing.
 public final class StatsStore: Sendable {
     public struct Configuration: Sendable {
-        /// Each device's home, a circle: `is_home`, `distance_from_home_m` and `away_from_home_s`.
-        public struct Home: Sendable, Equatable {
-            public var center: Coordinate
-            public var radiusM: Double
-            public init(center: Coordinate, radiusM: Double) {
-                self.center = center
-                self.radiusM = radiusM
-            }
-        }
-
         /// How hard a commit waits for the disk.
         public enum Durability: String, Sendable {
             /// `synchronous=FULL`: a batch that `store` returned from survives a power cut, so a
@@ -57,7 +47,8 @@ public final class StatsStore: Sendable {
 
         /// `STATE/data/drivebus.sqlite`.
         public var path: String
-        public var homes: [String: Home]
+        /// Each device's home zone, for `is_home`, `distance_from_home_m` and `away_from_home_s`.
+        public var homes: [String: Zone]
         /// Time between two fixes longer than this is unknown: not counted as away from home,
         /// and a new track segment in GPX exports (`stats.max_gap_s`).
         public var maxGapS: Double
@@ -68,7 +59,7 @@ public final class StatsStore: Sendable {
         public var maxReaders: Int
 
         public init(
-            path: String, homes: [String: Home] = [:], maxGapS: Double = 3600, mapToleranceM: Double = 10,
+            path: String, homes: [String: Zone] = [:], maxGapS: Double = 3600, mapToleranceM: Double = 10,
             durability: Durability = .full, maxReaders: Int = 8
         ) {
             self.path = path
@@ -96,10 +87,13 @@ public final class StatsStore: Sendable {
     }
 
     public let configuration: Configuration
+    /// The circle each home zone is measured against (`Zone.circle`), worked out once.
+    let homes: [String: HomeCircle]
     let pool: DatabasePool
 
     public init(_ configuration: Configuration) throws {
         self.configuration = configuration
+        homes = configuration.homes.mapValues { HomeCircle(center: $0.circle.center, radiusM: $0.circle.radiusM) }
         var config = GRDB.Configuration()
         config.maximumReaderCount = max(2, configuration.maxReaders)
         config.busyMode = .timeout(10)
@@ -187,7 +181,7 @@ public final class StatsStore: Sendable {
     /// Closes the connections; later calls fail.
     public func close() throws { try pool.close() }
 
-    func home(of device: String) -> Configuration.Home? { configuration.homes[device] }
+    func home(of device: String) -> HomeCircle? { homes[device] }
 }
 
 enum StatsSchema {
@@ -329,4 +323,10 @@ enum StatsSchema {
         }
         return migrator
     }
+}
+
+/// A home as stats measures it: a circle.
+struct HomeCircle: Sendable, Equatable {
+    var center: Coordinate
+    var radiusM: Double
 }
