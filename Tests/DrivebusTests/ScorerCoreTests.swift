@@ -513,7 +513,7 @@ func scorerPhase(accel: Double, from speed: Double, seconds: Double) -> [Fix] {
     @Test func configurationDecodesSnakeCaseWithDefaults() throws {
         let json = #"""
         {"harsh_brake_mps2": -4, "speed_limit_kmh": 80, "weights": {"harsh_brake": 2},
-         "zone_speed_limits": [{"id": "school", "center": {"lat": 48.2, "lon": 16.37}, "radius_m": 200, "speed_limit_kmh": 30}]}
+         "zone_speed_limits": [{"id": "school", "circle": {"lat": 48.2, "lon": 16.37, "radius_m": 200}, "speed_limit_kmh": 30}]}
         """#
         let configuration = try JSONDecoder().decode(ScorerConfiguration.self, from: Data(json.utf8))
         var expected = ScorerConfiguration()
