@@ -17,6 +17,7 @@ let hummingbird = Target.Dependency.product(name: "Hummingbird", package: "hummi
 let grdb = Target.Dependency.product(name: "GRDB", package: "GRDB.swift")
 let yams = Target.Dependency.product(name: "Yams", package: "Yams")
 let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
+let deque = Target.Dependency.product(name: "DequeModule", package: "swift-collections")
 let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 
 let package = Package(
@@ -37,6 +38,7 @@ let package = Package(
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
     ],
     targets: [
         .systemLibrary(
@@ -51,14 +53,14 @@ let package = Package(
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
         .target(name: "DrivebusSettings", dependencies: [yams, logging], path: "Shared/Settings"),
         // Append-only files: the ingest journal and every service's log of derived events.
-        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema"], path: "Shared/Journal"),
+        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
         // Seeded generators for synthetic data, shared by the tests and the benchmarks.
         .target(name: "DrivebusTestbed", path: "Shared/Testbed"),
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
-        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore"], path: "Services/Scorer/Core"),
+        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore", deque], path: "Services/Scorer/Core"),
         .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
         .target(

@@ -1,3 +1,4 @@
+import DequeModule
 import DrivebusSchema
 import Foundation
 import Glibc
@@ -34,7 +35,7 @@ public final class EventJournal: Sendable {
     private struct State {
         var offsets: [Int64] = []  // offsets[seq - 1] is where event `seq` starts
         var end: Int64 = 0
-        var recent: [String] = []  // ring of the last `recentIDs` ids
+        var recent: Deque<String> = []  // the last `recentIDs` ids, oldest first
         var recentSet: Set<String> = []
         var lastSeq: UInt64 { UInt64(offsets.count) }
 

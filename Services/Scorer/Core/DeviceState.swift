@@ -1,3 +1,4 @@
+import DequeModule
 import DrivebusSchema
 import Foundation
 
@@ -8,7 +9,7 @@ struct DeviceState: Sendable, Codable {
     let device: String
 
     // The current segment: fixes with no gap longer than `max_gap_s` between them.
-    private var window = Queue<Sample>()
+    private var window = Deque<Sample>()
     /// Index in `window` of the first fix not yet evaluated (its window is not complete yet).
     private var nextCentre = 0
     private var headingRaw: Double?
@@ -21,7 +22,7 @@ struct DeviceState: Sendable, Codable {
 
     /// Totals over every evaluated fix so far, and their values after each recent fix.
     private var totals = Totals()
-    private var history = Queue<HistoryRecord>()
+    private var history = Deque<HistoryRecord>()
     /// The newest record dropped from `history`.
     private var evicted: HistoryRecord?
 
@@ -523,49 +524,5 @@ struct Episode: Sendable, Codable, Equatable {
             phase = .idle
             return done
         }
-    }
-}
-
-/// An array used as a FIFO: dropping from the front moves an index, and the storage is compacted
-/// in place now and then, so steady use does not allocate.
-struct Queue<Element: Sendable>: Sendable {
-    private var items: [Element] = []
-    private var start = 0
-
-    init() {}
-
-    var count: Int { items.count - start }
-
-    subscript(index: Int) -> Element {
-        get { items[start + index] }
-        set { items[start + index] = newValue }
-    }
-
-    mutating func append(_ element: Element) { items.append(element) }
-
-    mutating func removeFirst(_ n: Int) {
-        start += min(n, count)
-        if start == items.count {
-            items.removeAll(keepingCapacity: true)
-            start = 0
-        } else if start >= 16, start * 2 >= items.count {
-            items.removeFirst(start)
-            start = 0
-        }
-    }
-
-    mutating func removeAll() {
-        items.removeAll(keepingCapacity: true)
-        start = 0
-    }
-}
-
-extension Queue: Codable where Element: Codable {
-    init(from decoder: any Decoder) throws {
-        items = try [Element](from: decoder)
-    }
-
-    func encode(to encoder: any Encoder) throws {
-        try Array(items[start...]).encode(to: encoder)
     }
 }
