@@ -378,15 +378,7 @@ private func hasValidRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
 
 /// What the journal stores: one bus message's topic and payload, with `seq` filled in on commit.
 public struct JournalRecord: Sendable {
-    public enum Kind: Sendable {
-        case fix(Fix)
-        case motion(MotionSample)
-        case transition(ClientTransition)
-        case checkin(TaxiCheckin)
-        case importFinished(ImportFinished)
-        case sessionStarted(SessionStarted)
-        case sessionStopped(SessionStopped)
-    }
+    public typealias Kind = JournalPayload
 
     public let kind: Kind
 

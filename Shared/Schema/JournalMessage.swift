@@ -25,6 +25,35 @@ public struct JournalMessage: Sendable {
     }
 }
 
+/// What ingest journals, decoded by type: the one conversion from a journal message to the
+/// values the cores take.
+public enum JournalPayload: Sendable {
+    case fix(Fix)
+    case motion(MotionSample)
+    case transition(ClientTransition)
+    case checkin(TaxiCheckin)
+    case importFinished(ImportFinished)
+    case sessionStarted(SessionStarted)
+    case sessionStopped(SessionStopped)
+}
+
+extension JournalMessage {
+    /// The payload decoded by its type; nil for a type this build does not know, or a payload
+    /// that does not decode (which ingest never journals).
+    public var decoded: JournalPayload? {
+        switch type {
+        case "fix": (try? BusJSON.decode(Fix.self, from: payload)).map(JournalPayload.fix)
+        case "motion": (try? BusJSON.decode(MotionSample.self, from: payload)).map(JournalPayload.motion)
+        case "client.transition": (try? BusJSON.decode(ClientTransition.self, from: payload)).map(JournalPayload.transition)
+        case "taxi.checkin": (try? BusJSON.decode(TaxiCheckin.self, from: payload)).map(JournalPayload.checkin)
+        case "import.finished": (try? BusJSON.decode(ImportFinished.self, from: payload)).map(JournalPayload.importFinished)
+        case "session.started": (try? BusJSON.decode(SessionStarted.self, from: payload)).map(JournalPayload.sessionStarted)
+        case "session.stopped": (try? BusJSON.decode(SessionStopped.self, from: payload)).map(JournalPayload.sessionStopped)
+        default: nil
+        }
+    }
+}
+
 /// Every type ingest journals. A consumer subscribes to all of them, so the journal seqs it sees
 /// are contiguous and a gap is unmistakable.
 public enum JournalTopics {

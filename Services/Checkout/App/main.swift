@@ -10,18 +10,11 @@ await ServiceRunner.main(.checkout, configuration: DrivebusConfig.self) { contex
         decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
         apply: { detector, message, _ in
             let input: CheckoutInput
-            switch message.type {
-            case "taxi.checkin":
-                guard let checkin = try? BusJSON.decode(TaxiCheckin.self, from: message.payload) else { return [] }
-                input = .checkin(checkin)
-            case "motion":
-                guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return [] }
-                input = .motion(sample)
-            case "fix":
-                guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
-                input = .fix(fix)
-            default:
-                return []
+            switch message.decoded {
+            case .checkin(let checkin)?: input = .checkin(checkin)
+            case .motion(let sample)?: input = .motion(sample)
+            case .fix(let fix)?: input = .fix(fix)
+            default: return []
             }
             return published(detector.handle(input))
         },

@@ -15,15 +15,10 @@ await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { contex
         decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
         apply: { engine, message, live in
             let input: GeofenceInput
-            switch message.type {
-            case "fix":
-                guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return [] }
-                input = .fix(fix, live: live)
-            case "motion":
-                guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return [] }
-                input = .motion(sample)
-            default:
-                return []
+            switch message.decoded {
+            case .fix(let fix)?: input = .fix(fix, live: live)
+            case .motion(let sample)?: input = .motion(sample)
+            default: return []
             }
             return delivery.route(engine.handle(input, now: Date()))
         },

@@ -11,7 +11,7 @@ await ServiceRunner.main(.scorer, configuration: DrivebusConfig.self) { context,
         context: context,
         initial: DriveDerivations(trips: config.trips, scorer: scorerConfiguration),
         decodingUserInfo: CheckpointConfiguration.userInfo(config.trips, scorerConfiguration),
-        apply: { state, message, _ in state.handle(message, arrivedAt: Date()).scores },
+        apply: { state, message, _ in message.decoded.map { state.handle($0, arrivedAt: Date()).scores } ?? [] },
         tick: { state, now in state.tick(now).scores }
     )
     return ServiceParts(consumer: consumer)

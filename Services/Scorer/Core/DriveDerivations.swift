@@ -43,23 +43,15 @@ public struct DriveDerivations: Codable, Sendable {
     }
 
     /// The trip events and the score events one journal message causes.
-    /// `fix` is the message's payload if the caller has decoded it already.
-    public mutating func handle(_ message: JournalMessage, fix decoded: Fix? = nil, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+    public mutating func handle(_ payload: JournalPayload, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
         var scored: [ScorerOutput] = []
-        var tripsInput: TripsInput?
-        switch message.type {
-        case "fix":
-            // Decoded once for both cores.
-            guard let fix = decoded ?? (try? BusJSON.decode(Fix.self, from: message.payload)) else { return ([], []) }
-            scored += scorer.handle(.fix(fix))
-            tripsInput = .fix(fix)
-        case "session.started":
-            if let session = try? BusJSON.decode(SessionStarted.self, from: message.payload) { scored += scorer.handle(.sessionStarted(session)) }
-        case "session.stopped":
-            if let session = try? BusJSON.decode(SessionStopped.self, from: message.payload) { scored += scorer.handle(.sessionStopped(session)) }
-        default:
-            tripsInput = TripsInput(message)
+        switch payload {
+        case .fix(let fix): scored += scorer.handle(.fix(fix))
+        case .sessionStarted(let session): scored += scorer.handle(.sessionStarted(session))
+        case .sessionStopped(let session): scored += scorer.handle(.sessionStopped(session))
+        case .motion, .importFinished, .transition, .checkin: break
         }
+        let tripsInput = TripsInput(payload)
         guard let tripsInput else { return ([], scored.compactMap(\.derived)) }
         return feed(segmenter.handle(tripsInput, arrivedAt: arrivedAt), scored)
     }

@@ -92,12 +92,16 @@ final class StatsRecorder: Service, Sendable {
         var rows: [StoredEvent] = []
         rows.reserveCapacity(messages.count)
         for message in messages {
-            // A fix is decoded here once, for the derivations and its row.
-            let fix = message.type == "fix" ? try? BusJSON.decode(Fix.self, from: message.payload) : nil
-            let derived = derivations.withLock { derivations in
-                let (trips, scores) = derivations.handle(message, fix: fix, arrivedAt: now)
-                return trips + scores
-            }
+            // Decoded here once, for the derivations and the fix's row.
+            let payload = message.decoded
+            var fix: Fix?
+            if case .fix(let decoded)? = payload { fix = decoded }
+            let derived: [DerivedEvent] = payload.map { payload in
+                derivations.withLock { derivations in
+                    let (trips, scores) = derivations.handle(payload, arrivedAt: now)
+                    return trips + scores
+                }
+            } ?? []
             rows.append(StoredEvent(id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: now, payload: message.payload, fix: fix))
             rows += derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: now, payload: $0.payload) }
         }

@@ -9,7 +9,7 @@ await ServiceRunner.main(.trips, configuration: DrivebusConfig.self) { context, 
         initial: TripSegmenter(configuration: config.trips),
         decodingUserInfo: CheckpointConfiguration.userInfo(config.trips),
         apply: { segmenter, message, _ in
-            guard let input = TripsInput(message) else { return [] }
+            guard let input = message.decoded.flatMap(TripsInput.init) else { return [] }
             return segmenter.handle(input, arrivedAt: Date()).compactMap(\.derived)
         },
         tick: { segmenter, now in segmenter.handle(.tick(now: now)).compactMap(\.derived) }

@@ -5,19 +5,12 @@ import Foundation
 
 extension TripsInput {
     /// The segmenter's input for a journal message, or nil for types it does not take.
-    public init?(_ message: JournalMessage) {
-        switch message.type {
-        case "fix":
-            guard let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return nil }
-            self = .fix(fix)
-        case "motion":
-            guard let sample = try? BusJSON.decode(MotionSample.self, from: message.payload) else { return nil }
-            self = .motion(sample)
-        case "import.finished":
-            guard let finished = try? BusJSON.decode(ImportFinished.self, from: message.payload) else { return nil }
-            self = .importFinished(finished)
-        default:
-            return nil
+    public init?(_ payload: JournalPayload) {
+        switch payload {
+        case .fix(let fix): self = .fix(fix)
+        case .motion(let sample): self = .motion(sample)
+        case .importFinished(let finished): self = .importFinished(finished)
+        case .transition, .checkin, .sessionStarted, .sessionStopped: return nil
         }
     }
 }
