@@ -23,7 +23,7 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     let handler = IngestHandler(config: config, journal: journal)
     let listen = config.ingest.listen
     let http = Application(
-        responder: IngestResponder(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
+        router: makeIngestRouter(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
         configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "drivebus-ingest"),
         logger: logger
     )
@@ -35,33 +35,63 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     )
 }
 
-/// Hands every HTTP request to the core; the only HTTP-specific work is the body limit.
-struct IngestResponder: HTTPResponder {
-    typealias Context = BasicRequestContext
-    let handler: IngestHandler
-    let maxBodyBytes: Int
-
-    func respond(to request: Request, context: Context) async throws -> Response {
-        let body: ByteBuffer
-        do {
-            body = try await request.body.collect(upTo: maxBodyBytes)
-        } catch {
-            let tooLarge = IngestError.tooLarge("the body is larger than ingest.max_body_bytes (\(maxBodyBytes) bytes)", field: "body")
-            return response(IngestResponse(status: 413, body: tooLarge.json))
+/// Hummingbird's router over the core's endpoints. The HTTP work is here: the body limit, and
+/// turning the core's answers and errors into responses.
+func makeIngestRouter(handler: IngestHandler, maxBodyBytes: Int) -> Router<BasicRequestContext> {
+    let router = Router()
+    // A request no route takes gets the core's JSON answer: 405 with the allowed methods, or 404.
+    router.add(middleware: UnroutedMiddleware(handler: handler))
+    for endpoint in handler.endpoints {
+        for method in endpoint.methods {
+            router.on(RouterPath(endpoint.path), method: HTTPRequest.Method(method)!) { request, _ -> Response in
+                let body: ByteBuffer
+                do {
+                    body = try await request.body.collect(upTo: maxBodyBytes)
+                } catch {
+                    throw IngestHTTPError(error: .tooLarge("the body is larger than ingest.max_body_bytes (\(maxBodyBytes) bytes)", field: "body"))
+                }
+                return Response(await handler.respond(endpoint, to: IngestRequest(request, body: body)))
+            }
         }
+    }
+    return router
+}
+
+struct UnroutedMiddleware: RouterMiddleware {
+    let handler: IngestHandler
+
+    func handle(_ request: Request, context: BasicRequestContext, next: (Request, BasicRequestContext) async throws -> Response) async throws -> Response {
+        do {
+            return try await next(request, context)
+        } catch let error as HTTPError where error.status == .notFound {
+            throw IngestHTTPError(error: handler.unrouted(IngestRequest(request, body: ByteBuffer())))
+        }
+    }
+}
+
+extension IngestRequest {
+    init(_ request: Request, body: ByteBuffer) {
         var headers: [String: String] = [:]
         for field in request.headers { headers[field.name.canonicalName] = headers[field.name.canonicalName] ?? field.value }
-        let answer = await handler.handle(IngestRequest(
-            method: request.method.rawValue, path: request.uri.path, query: request.uri.query ?? "",
-            headers: headers, body: Array(buffer: body)))
-        return response(answer)
+        self.init(method: request.method.rawValue, path: request.uri.path, query: request.uri.query ?? "", headers: headers, body: Array(buffer: body))
     }
+}
 
-    private func response(_ answer: IngestResponse) -> Response {
-        Response(
-            status: .init(code: answer.status),
-            headers: [.contentType: answer.contentType],
-            body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
+extension Response {
+    init(_ answer: IngestResponse) {
+        self.init(
+            status: .init(code: answer.status), headers: [.contentType: answer.contentType], body: .init(byteBuffer: ByteBuffer(bytes: answer.body)))
+    }
+}
+
+/// An ingest error thrown in the HTTP stack: it answers as JSON naming the field.
+struct IngestHTTPError: HTTPResponseError {
+    let error: IngestError
+
+    var status: HTTPResponse.Status { .init(code: error.status) }
+
+    func response(from request: Request, context: some RequestContext) throws -> Response {
+        Response(IngestResponse(status: error.status, body: error.json))
     }
 }
 

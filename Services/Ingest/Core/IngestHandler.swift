@@ -43,6 +43,19 @@ public struct IngestResponse: Sendable, Equatable {
     }
 }
 
+/// One endpoint: its path, the methods it takes, and what answers it.
+public struct IngestEndpoint: Sendable {
+    public let path: String
+    public let methods: [String]
+    let run: @Sendable (IngestRequest) async throws -> IngestResponse
+
+    init(_ path: String, _ methods: [String], _ run: @escaping @Sendable (IngestRequest) async throws -> IngestResponse) {
+        self.path = path
+        self.methods = methods
+        self.run = run
+    }
+}
+
 /// The ingest service's core: authenticates, parses, validates, journals, answers.
 public final class IngestHandler: Sendable {
     private let devices: DeviceDirectory
@@ -59,9 +72,28 @@ public final class IngestHandler: Sendable {
         self.journal = journal
     }
 
-    public func handle(_ request: IngestRequest) async -> IngestResponse {
+    /// The endpoints, for the service's HTTP router; `handle` serves the same table without one.
+    public var endpoints: [IngestEndpoint] {
+        [
+            IngestEndpoint("/healthz", ["GET"]) { [journal] _ in .json(#"{"status":"ok","last_seq":\#(journal.lastSeq)}"#) },
+            IngestEndpoint("/owntracks", ["POST"], ownTracks),
+            IngestEndpoint("/pub", ["POST"], ownTracks),
+            IngestEndpoint("/overland", ["POST"], overland),
+            IngestEndpoint("/", ["GET", "POST"], osmand),
+            IngestEndpoint("/osmand", ["GET", "POST"], osmand),
+            IngestEndpoint("/gpslogger", ["GET", "POST"], gpsLogger),
+            IngestEndpoint("/api/v1/fixes", ["POST"], nativeFixes),
+            IngestEndpoint("/api/v1/motion", ["POST"], nativeMotion),
+            IngestEndpoint("/api/v1/sessions/start", ["POST"], sessionStart),
+            IngestEndpoint("/api/v1/sessions/stop", ["POST"], sessionStop),
+            IngestEndpoint("/api/v1/taxi/checkin", ["POST"], checkin),
+        ]
+    }
+
+    /// Answers a request with its endpoint; every error becomes a JSON answer naming the field.
+    public func respond(_ endpoint: IngestEndpoint, to request: IngestRequest) async -> IngestResponse {
         do {
-            return try await route(request)
+            return try await endpoint.run(request)
         } catch let error as IngestError {
             return .error(error)
         } catch {
@@ -69,76 +101,95 @@ public final class IngestHandler: Sendable {
         }
     }
 
-    private func route(_ request: IngestRequest) async throws -> IngestResponse {
-        let method = request.method
-        switch request.path {
-        case "/healthz":
-            return .json(#"{"status":"ok","last_seq":\#(journal.lastSeq)}"#)
-        case "/owntracks", "/pub":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            try await store(try parsers.ownTracks(request.body, device: device, headers: request.headers))
-            return .json("[]")
-        case "/overland":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            try await store(try parsers.overland(request.body, device: device))
-            return .json(#"{"result":"ok"}"#)
-        case "/", "/osmand":
-            try expect(method, ["GET", "POST"])
-            let isJSON = method == "POST" && (request.headers["content-type"]?.contains("json") == true || request.body.first == UInt8(ascii: "{"))
-            let parameters = try allParameters(request, bodyIsForm: method == "POST" && !isJSON)
-            let parsed = try parsers.osmand(parameters: parameters, body: request.body, isJSON: isJSON)
-            let device: String
-            if let token = DeviceDirectory.token(headers: request.headers, parameters: parameters) {
-                device = try authenticate(token: token)
-            } else if let id = parsed.clientID {
-                // As in Traccar: the id is the credential, for devices configured to allow it.
-                guard let known = devices.device(forID: id.value) else {
-                    throw IngestError.unauthorized("unknown device id \"\(id.value)\" (or it is not allowed to authenticate by id)", field: id.field)
-                }
-                device = known
-            } else {
-                throw IngestError.unauthorized("no device: send id (or deviceid) or a token", field: "id")
-            }
-            try await store(parsed.records.map { $0.assigned(to: device) })
-            return IngestResponse(status: 200, contentType: "text/plain", body: [])
-        case "/gpslogger":
-            try expect(method, ["GET", "POST"])
-            let parameters = try allParameters(request, bodyIsForm: method == "POST")
-            let device = try authenticate(request, parameters: parameters)
-            try await store(try parsers.gpsLogger(parameters, device: device))
-            return IngestResponse(status: 200, contentType: "text/plain", body: Array("OK".utf8))
-        case "/api/v1/fixes":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            return try await nativeReply(try await store(try parsers.nativeFixes(request.body, device: device)))
-        case "/api/v1/motion":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            return try await nativeReply(try await store(try parsers.nativeMotion(request.body, device: device)))
-        case "/api/v1/sessions/start":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            let outcomes = try await store(try parsers.sessionStart(request.body, device: device))
-            guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not started") }
-            let id = JournalRecord.sessionID(device: device, seq: seq)
-            sessions.withLock { $0[device] = id }
-            return .json(#"{"session_id":"\#(id)","last_seq":\#(seq)}"#)
-        case "/api/v1/sessions/stop":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            let open = sessions.withLock { $0.removeValue(forKey: device) }
-            let outcomes = try await store(try parsers.sessionStop(request.body, device: device, open: open))
-            guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not stopped") }
-            return .json(#"{"last_seq":\#(seq)}"#)
-        case "/api/v1/taxi/checkin":
-            try expect(method, ["POST"])
-            let device = try authenticate(request, parameters: try queryParameters(request))
-            return try await nativeReply(try await store(try parsers.checkin(request.body, device: device)))
-        default:
-            throw IngestError(status: 404, code: "ingest.not_found", message: "no endpoint \(request.path)", field: "path")
+    /// The answer for a request no endpoint takes: 405 naming the methods the path allows, or 404.
+    public func unrouted(_ request: IngestRequest) -> IngestError {
+        let allowed = endpoints.filter { $0.path == request.path }.flatMap(\.methods)
+        guard allowed.isEmpty else {
+            return IngestError(status: 405, code: "ingest.method_not_allowed", message: "use \(allowed.joined(separator: " or "))", field: "method")
         }
+        return IngestError(status: 404, code: "ingest.not_found", message: "no endpoint \(request.path)", field: "path")
+    }
+
+    /// Routes and answers a request, as the HTTP router does.
+    public func handle(_ request: IngestRequest) async -> IngestResponse {
+        guard let endpoint = endpoints.first(where: { $0.path == request.path && $0.methods.contains(request.method) }) else {
+            return .error(unrouted(request))
+        }
+        return await respond(endpoint, to: request)
+    }
+
+    // MARK: Endpoints
+
+    private func ownTracks(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        try await store(try parsers.ownTracks(request.body, device: device, headers: request.headers))
+        return .json("[]")
+    }
+
+    private func overland(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        try await store(try parsers.overland(request.body, device: device))
+        return .json(#"{"result":"ok"}"#)
+    }
+
+    private func osmand(_ request: IngestRequest) async throws -> IngestResponse {
+        let method = request.method
+        let isJSON = method == "POST" && (request.headers["content-type"]?.contains("json") == true || request.body.first == UInt8(ascii: "{"))
+        let parameters = try allParameters(request, bodyIsForm: method == "POST" && !isJSON)
+        let parsed = try parsers.osmand(parameters: parameters, body: request.body, isJSON: isJSON)
+        let device: String
+        if let token = DeviceDirectory.token(headers: request.headers, parameters: parameters) {
+            device = try authenticate(token: token)
+        } else if let id = parsed.clientID {
+            // As in Traccar: the id is the credential, for devices configured to allow it.
+            guard let known = devices.device(forID: id.value) else {
+                throw IngestError.unauthorized("unknown device id \"\(id.value)\" (or it is not allowed to authenticate by id)", field: id.field)
+            }
+            device = known
+        } else {
+            throw IngestError.unauthorized("no device: send id (or deviceid) or a token", field: "id")
+        }
+        try await store(parsed.records.map { $0.assigned(to: device) })
+        return IngestResponse(status: 200, contentType: "text/plain", body: [])
+    }
+
+    private func gpsLogger(_ request: IngestRequest) async throws -> IngestResponse {
+        let parameters = try allParameters(request, bodyIsForm: request.method == "POST")
+        let device = try authenticate(request, parameters: parameters)
+        try await store(try parsers.gpsLogger(parameters, device: device))
+        return IngestResponse(status: 200, contentType: "text/plain", body: Array("OK".utf8))
+    }
+
+    private func nativeFixes(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        return try await nativeReply(try await store(try parsers.nativeFixes(request.body, device: device)))
+    }
+
+    private func nativeMotion(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        return try await nativeReply(try await store(try parsers.nativeMotion(request.body, device: device)))
+    }
+
+    private func sessionStart(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        let outcomes = try await store(try parsers.sessionStart(request.body, device: device))
+        guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not started") }
+        let id = JournalRecord.sessionID(device: device, seq: seq)
+        sessions.withLock { $0[device] = id }
+        return .json(#"{"session_id":"\#(id)","last_seq":\#(seq)}"#)
+    }
+
+    private func sessionStop(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        let open = sessions.withLock { $0.removeValue(forKey: device) }
+        let outcomes = try await store(try parsers.sessionStop(request.body, device: device, open: open))
+        guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not stopped") }
+        return .json(#"{"last_seq":\#(seq)}"#)
+    }
+
+    private func checkin(_ request: IngestRequest) async throws -> IngestResponse {
+        let device = try authenticate(request, parameters: try queryParameters(request))
+        return try await nativeReply(try await store(try parsers.checkin(request.body, device: device)))
     }
 
     /// The `publish` RPC: a native batch from a local tool (such as `drivebus import`) that names
@@ -198,12 +249,6 @@ public final class IngestHandler: Sendable {
     private func nativeReply(_ outcomes: [Journal.Outcome]) async throws(IngestError) -> IngestResponse {
         let summary = summarize(outcomes)
         return .json(#"{"accepted":\#(summary.accepted),"duplicates":\#(summary.duplicates),"last_seq":\#(summary.lastSeq)}"#)
-    }
-
-    private func expect(_ method: String, _ allowed: [String]) throws(IngestError) {
-        guard allowed.contains(method) else {
-            throw IngestError(status: 405, code: "ingest.method_not_allowed", message: "use \(allowed.joined(separator: " or "))", field: "method")
-        }
     }
 
     private func authenticate(_ request: IngestRequest, parameters: Parameters) throws(IngestError) -> String {
