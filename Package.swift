@@ -39,6 +39,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-crypto", from: "3.12.3"),
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
+        .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
     ],
     targets: [
         .systemLibrary(
@@ -65,7 +66,10 @@ let package = Package(
         // The stats database: what stats stores and the queries over it.
         .target(
             name: "StatsStore",
-            dependencies: ["StatsCore", "DrivebusSchema", "DrivebusGeo", grdb, .product(name: "GRDBSQLite", package: "GRDB.swift")],
+            dependencies: [
+                "StatsCore", "DrivebusSchema", "DrivebusGeo", grdb, .product(name: "GRDBSQLite", package: "GRDB.swift"),
+                .product(name: "Mustache", package: "swift-mustache"),
+            ],
             path: "Services/Stats/Store"
         ),
         .target(name: "StatsHTTP", dependencies: ["StatsCore", "StatsStore", hummingbird], path: "Services/Stats/HTTP"),

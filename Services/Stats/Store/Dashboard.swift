@@ -2,6 +2,7 @@ import DrivebusSchema
 import Foundation
 import StatsCore
 import GRDB
+import Mustache
 
 /// What `GET /` shows, and for when.
 public struct DashboardOptions: Sendable {
@@ -166,8 +167,6 @@ enum Dashboard {
         return String(text.prefix(10)) + " " + String(text.dropFirst(11).prefix(5))
     }
 
-    static func e(_ text: String) -> String { Markup.escape(text) }
-
     /// `Mar`, with the year under January, and under the first month unless January is next
     /// (two years side by side would overlap in the small charts).
     static func monthLabels(_ months: [Month]) -> [String] {
@@ -182,75 +181,84 @@ enum Dashboard {
 
     // MARK: Page
 
+    /// Fills the page template (`DashboardTemplate`) with what `gather` found.
     static func render(_ data: Page, _ options: DashboardOptions) -> String {
-        var html = """
-            <!DOCTYPE html>
-            <html xmlns="http://www.w3.org/1999/xhtml" lang="en">
-            <head>
-            <meta charset="utf-8"/>
-            <meta name="viewport" content="width=device-width, initial-scale=1"/>
-            <title>drivebus</title>
-            <style>\(style)</style>
-            </head>
-            <body>
-            <header><h1>drivebus</h1><p class="sub">\(e(options.device.map { "device \($0)" } ?? "all devices")) · \(data.drivesEver) drives recorded · updated \(e(time(options.now))) UTC</p></header>
-            <main>
-
-            """
-        html += thisMonth(data)
-        html += lastYear(data)
-        html += costs(data, options.costs)
-        html += recentTrips(data)
-        html += "<section id=\"map\"><h2>All drives</h2><div class=\"map\">\(data.mapSVG)</div></section>\n"
-        html += away(data)
-        html += candidates(data)
-        html += "</main>\n<footer>drivebus · times in UTC · <a href=\"api/v1/trips\">trips</a> · <a href=\"api/v1/stats/monthly\">monthly</a> · <a href=\"map.svg\">map</a> · <a href=\"api/v1/costs\">costs</a></footer>\n</body>\n</html>\n"
-        return html
+        let view = PageView(
+            style: style, scope: options.device.map { "device \($0)" } ?? "all devices", drivesEver: data.drivesEver,
+            updated: time(options.now), thisMonth: thisMonth(data), yearCharts: yearCharts(data), costs: costs(data, options.costs),
+            trips: data.trips.isEmpty ? nil : .init(rows: data.trips.map(tripRow)), mapSVG: data.mapSVG, away: away(data),
+            candidates: data.candidates.isEmpty ? nil : .init(rows: data.candidates.map(candidateRow)))
+        return DashboardTemplate.page.render(view)
     }
 
-    static func thisMonth(_ data: Page) -> String {
+    /// What the template shows; each optional section is left out (or says why) when nil.
+    struct PageView {
+        struct Card { let label, value: String }
+        struct ThisMonth { let name: String; let cards: [Card] }
+        struct Chart { let title, svg: String }
+        struct Total { let name, amount: String; let best: Bool }
+        struct Costs { let chart: String; let totals: [Total]; let noRentals: Bool }
+        struct Score { let value, grade: String }
+        struct Event { let name: String }
+        struct TripRow {
+            let id, start, device, distance, duration, candidate: String
+            let score: Score?
+            let scored: Bool
+            let events: [Event]
+        }
+        struct CandidateRow {
+            let name, link, distance, average, lastSession: String
+            let sessions, drives: Int
+            let latest: Score?
+        }
+
+        let style, scope: String
+        let drivesEver: Int
+        let updated: String
+        let thisMonth: ThisMonth
+        let yearCharts: [Chart]
+        let costs: Costs?
+        /// A table is a value of its own, so that the template opens and closes it once.
+        struct Table<Row> { let rows: [Row] }
+        let trips: Table<TripRow>?
+        let mapSVG: String
+        /// The chart of hours away, or nil when no device has a home.
+        let away: String?
+        let candidates: Table<CandidateRow>?
+    }
+
+    static func thisMonth(_ data: Page) -> PageView.ThisMonth {
         let month = data.months.last!
         let stats = data.monthly[month.key] ?? PeriodStats(period: month.key)
-        let name = monthNames[Int(month.month) - 1] + " " + String(month.year)
-        var cards = [
-            ("Distance", km(stats.distanceM)),
-            ("Drives", "\(stats.drives)"),
-            ("Driving time", duration(stats.drivingS)),
-        ]
-        cards.append(("Away from home", stats.awayFromHomeS.map(duration) ?? (data.hasHome ? duration(0) : "no home set")))
-        var out = "<section id=\"this-month\"><h2>This month · \(e(name))</h2><div class=\"cards\">"
-        for (title, value) in cards {
-            out += "<div class=\"card\"><div class=\"label\">\(e(title))</div><div class=\"value\">\(e(value))</div></div>"
-        }
-        return out + "</div></section>\n"
+        return PageView.ThisMonth(name: monthNames[Int(month.month) - 1] + " " + String(month.year), cards: [
+            .init(label: "Distance", value: km(stats.distanceM)),
+            .init(label: "Drives", value: "\(stats.drives)"),
+            .init(label: "Driving time", value: duration(stats.drivingS)),
+            .init(label: "Away from home", value: stats.awayFromHomeS.map(duration) ?? (data.hasHome ? duration(0) : "no home set")),
+        ])
     }
 
-    static func lastYear(_ data: Page) -> String {
+    static func yearCharts(_ data: Page) -> [PageView.Chart] {
         let labels = monthLabels(data.months)
         let stats = data.months.map { data.monthly[$0.key] ?? PeriodStats(period: $0.key) }
         let highlight = data.months.count - 1
-        func chart(_ title: String, _ values: [Double], _ color: String, _ tick: @escaping (Double) -> String, _ tip: (PeriodStats) -> String) -> String {
+        func chart(_ title: String, _ values: [Double], _ color: String, _ tick: @escaping (Double) -> String, _ tip: (PeriodStats) -> String) -> PageView.Chart {
             let tips = [zip(data.months, stats).map { "\($0.key): \(tip($1))" }]
-            return "<figure><figcaption>\(e(title))</figcaption>"
-                + Charts.bars(
-                    labels: labels, series: [.init(name: title, color: color, values: values)], tooltips: tips, highlight: highlight,
-                    width: 380, height: 210, tick: tick, minStep: title.hasPrefix("Driving time") ? 0.5 : 1,
-                    title: title + ", last 12 months", empty: "no drives yet")
-                + "</figure>"
+            return PageView.Chart(title: title, svg: Charts.bars(
+                labels: labels, series: [.init(name: title, color: color, values: values)], tooltips: tips, highlight: highlight,
+                width: 380, height: 210, tick: tick, minStep: title.hasPrefix("Driving time") ? 0.5 : 1,
+                title: title + ", last 12 months", empty: "no drives yet"))
         }
-        var out = "<section id=\"last-12-months\"><h2>Last 12 months</h2><div class=\"charts\">"
-        out += chart("Distance (km)", stats.map { $0.distanceM / 1000 }, "#2e86ab", { grouped($0) }, { km($0.distanceM) })
-        out += chart("Drives", stats.map { Double($0.drives) }, "#3b9c8f", { grouped($0) }, { "\($0.drives) drives" })
-        out += chart("Driving time (h)", stats.map { $0.drivingS / 3600 }, "#8e6cc0", { Decimal64.text($0, places: 1) }, { duration($0.drivingS) })
-        return out + "</div></section>\n"
+        return [
+            chart("Distance (km)", stats.map { $0.distanceM / 1000 }, "#2e86ab", { grouped($0) }, { km($0.distanceM) }),
+            chart("Drives", stats.map { Double($0.drives) }, "#3b9c8f", { grouped($0) }, { "\($0.drives) drives" }),
+            chart("Driving time (h)", stats.map { $0.drivingS / 3600 }, "#8e6cc0", { Decimal64.text($0, places: 1) }, { duration($0.drivingS) }),
+        ]
     }
 
-    static func costs(_ data: Page, _ costs: CostsConfiguration) -> String {
-        var out = "<section id=\"costs\"><h2>Costs per month · own car against rentals</h2>"
+    static func costs(_ data: Page, _ costs: CostsConfiguration) -> PageView.Costs? {
         let anyExpense = data.costs.contains { $0.ownCar != 0 }
-        if costs.rentals.isEmpty && !anyExpense && costs.ownCar.expenses.isEmpty {
-            return out + "<p class=\"note\">No costs yet: add a <code>costs:</code> section to drivebus.yaml, or post the own car's expenses to <code>/api/v1/costs/expenses</code> (see docs/costs.md).</p></section>\n"
-        }
+        if costs.rentals.isEmpty && !anyExpense && costs.ownCar.expenses.isEmpty { return nil }
         var series = [Charts.Series(name: "own car", color: "#2e86ab", values: data.costs.map { Money.double($0.ownCar) })]
         for (index, rental) in costs.rentals.enumerated() {
             series.append(.init(name: rental.name, color: palette[index % palette.count], values: data.costs.map { Money.double($0.services[index]) }))
@@ -260,57 +268,39 @@ enum Dashboard {
         }
         let labels = monthLabels(data.months)
         let tips = series.map { item in zip(data.months, item.values).map { "\(item.name), \($0.key): \(grouped($1, places: 2)) \(costs.currency)" } }
-        out += "<figure class=\"wide\">" + Charts.bars(
+        let chart = Charts.bars(
             labels: labels, series: series, tooltips: tips, width: 1140, height: 280, tick: { grouped($0) },
-            title: "Costs per month in \(costs.currency)", empty: "no costs in the last 12 months", legend: true) + "</figure>"
-        // Totals over the 12 months, cheapest first.
+            title: "Costs per month in \(costs.currency)", empty: "no costs in the last 12 months", legend: true)
+        // Totals over the 12 months; the cheapest is marked only when there is a choice.
         var totals = [("own car", data.costs.reduce(Decimal(0)) { $0 + $1.ownCar })]
         for (index, rental) in costs.rentals.enumerated() { totals.append((rental.name, data.costs.reduce(Decimal(0)) { $0 + $1.services[index] })) }
         if !costs.rentals.isEmpty { totals.append(("mixed rent", data.costs.reduce(Decimal(0)) { $0 + ($1.mixed ?? 0) })) }
-        out += "<table class=\"totals\"><thead><tr><th>Last 12 months</th><th class=\"num\">Total</th></tr></thead><tbody>"
-        // The cheapest is marked only when there is a choice.
         let cheapest = Set(totals.map(\.1)).count > 1 ? totals.map(\.1).min() : nil
-        for (name, total) in totals {
-            out += "<tr\(total == cheapest ? " class=\"best\"" : "")><td>\(e(name))</td><td class=\"num\">\(e(money(total, costs.currency)))</td></tr>"
-        }
-        out += "</tbody></table>"
-        if costs.rentals.isEmpty { out += "<p class=\"note\">No rental services configured to compare with (<code>costs.rentals</code>).</p>" }
-        return out + "</section>\n"
+        return PageView.Costs(
+            chart: chart, totals: totals.map { .init(name: $0.0, amount: money($0.1, costs.currency), best: $0.1 == cheapest) },
+            noRentals: costs.rentals.isEmpty)
     }
 
-    static func recentTrips(_ data: Page) -> String {
-        var out = "<section id=\"trips\"><h2>Recent trips</h2>"
-        guard !data.trips.isEmpty else { return out + "<p class=\"note\">No trips yet.</p></section>\n" }
-        out += "<table class=\"trips\"><thead><tr><th>Start (UTC)</th><th>Device</th><th class=\"num\">Distance</th><th class=\"num\">Duration</th><th class=\"num\">Score</th><th>Events</th><th>Candidate</th></tr></thead><tbody>"
-        for trip in data.trips {
-            var score = "<span class=\"muted\">not scored</span>"
-            var events = "<span class=\"muted\">–</span>"
-            if let scored = trip.score {
-                if let value = scored.score {
-                    let grade = value >= 85 ? "good" : value >= 70 ? "fair" : "poor"
-                    score = "<span class=\"score \(grade)\">\(Decimal64.text(value, places: 0))</span>"
-                }
-                var parts: [String] = []
-                if case .object(let counts) = scored.counts {
-                    for key in counts.keys.sorted() {
-                        guard case .number(let n) = counts[key]!, n > 0 else { continue }
-                        parts.append("<span class=\"event\">\(e(key.replacingOccurrences(of: "_", with: " "))) ×\(Decimal64.text(n))</span>")
-                    }
-                }
-                events = parts.isEmpty ? "<span class=\"muted\">none</span>" : parts.joined(separator: " ")
+    static func grade(_ value: Double) -> PageView.Score {
+        PageView.Score(value: Decimal64.text(value, places: 0), grade: value >= 85 ? "good" : value >= 70 ? "fair" : "poor")
+    }
+
+    static func tripRow(_ trip: TripSummary) -> PageView.TripRow {
+        var events: [PageView.Event] = []
+        if case .object(let counts)? = trip.score?.counts {
+            for key in counts.keys.sorted() {
+                guard case .number(let n) = counts[key]!, n > 0 else { continue }
+                events.append(.init(name: key.replacingOccurrences(of: "_", with: " ") + " ×" + Decimal64.text(n)))
             }
-            out += "<tr data-trip=\"\(e(trip.tripID))\"><td>\(e(time(trip.start)))</td><td>\(e(trip.device))</td>"
-                + "<td class=\"num\">\(e(km(trip.distanceM ?? 0)))</td><td class=\"num\">\(e(duration(trip.durationS ?? trip.end.timeIntervalSince(trip.start))))</td>"
-                + "<td class=\"num\">\(score)</td><td>\(events)</td><td>\(e(trip.session?.candidate ?? ""))</td></tr>"
         }
-        return out + "</tbody></table></section>\n"
+        return PageView.TripRow(
+            id: trip.tripID, start: time(trip.start), device: trip.device, distance: km(trip.distanceM ?? 0),
+            duration: duration(trip.durationS ?? trip.end.timeIntervalSince(trip.start)), candidate: trip.session?.candidate ?? "",
+            score: trip.score?.score.map(grade), scored: trip.score != nil, events: events)
     }
 
-    static func away(_ data: Page) -> String {
-        var out = "<section id=\"away\"><h2>Time away from home · last 30 days</h2>"
-        guard data.hasHome else {
-            return out + "<p class=\"note\">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p></section>\n"
-        }
+    static func away(_ data: Page) -> String? {
+        guard data.hasHome else { return nil }
         let labels = data.days.enumerated().map { index, day -> String in
             let d = Int(day.date.suffix(2)) ?? 0
             guard index == 0 || d == 1 || index % 5 == 4 || index == data.days.count - 1 else { return "" }
@@ -319,28 +309,19 @@ enum Dashboard {
         }
         let values = data.days.map { ($0.awayS ?? 0) / 3600 }
         let tips = [data.days.map { "\($0.date): \(duration($0.awayS ?? 0)) away" }]
-        out += "<figure class=\"wide\">" + Charts.bars(
+        return Charts.bars(
             labels: labels, series: [.init(name: "hours away", color: "#d9822b", values: values)], tooltips: tips,
             highlight: data.days.count - 1, width: 1140, height: 220, tick: { Decimal64.text($0, places: 0) + " h" },
-            title: "Hours away from home per day", empty: "no time away in the last 30 days") + "</figure>"
-        return out + "</section>\n"
+            title: "Hours away from home per day", empty: "no time away in the last 30 days")
     }
 
-    static func candidates(_ data: Page) -> String {
-        var out = "<section id=\"school\"><h2>Driving-school candidates</h2>"
-        guard !data.candidates.isEmpty else { return out + "<p class=\"note\">No driving-school sessions yet.</p></section>\n" }
-        out += "<table class=\"candidates\"><thead><tr><th>Candidate</th><th class=\"num\">Sessions</th><th class=\"num\">Drives</th><th class=\"num\">Distance</th><th class=\"num\">Latest score</th><th class=\"num\">Average</th><th>Last session (UTC)</th></tr></thead><tbody>"
-        for candidate in data.candidates {
-            let latest = candidate.latestScore.map { value -> String in
-                let grade = value >= 85 ? "good" : value >= 70 ? "fair" : "poor"
-                return "<span class=\"score \(grade)\">\(Decimal64.text(value, places: 0))</span>"
-            } ?? "<span class=\"muted\">–</span>"
-            out += "<tr data-candidate=\"\(e(candidate.name))\"><td><a href=\"api/v1/sessions/\(e(candidate.name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? ""))\">\(e(candidate.name))</a></td>"
-                + "<td class=\"num\">\(candidate.sessions)</td><td class=\"num\">\(candidate.drives)</td><td class=\"num\">\(e(km(candidate.distanceM)))</td>"
-                + "<td class=\"num\">\(latest)</td><td class=\"num\">\(candidate.averageScore.map { Decimal64.text($0, places: 0) } ?? "–")</td>"
-                + "<td>\(e(time(msDate(candidate.lastSessionMs))))</td></tr>"
-        }
-        return out + "</tbody></table></section>\n"
+    static func candidateRow(_ candidate: Candidate) -> PageView.CandidateRow {
+        PageView.CandidateRow(
+            name: candidate.name,
+            link: "api/v1/sessions/" + (candidate.name.addingPercentEncoding(withAllowedCharacters: .urlPathAllowed.subtracting(CharacterSet(charactersIn: "/"))) ?? ""),
+            distance: km(candidate.distanceM), average: candidate.averageScore.map { Decimal64.text($0, places: 0) } ?? "–",
+            lastSession: time(msDate(candidate.lastSessionMs)), sessions: candidate.sessions, drives: candidate.drives,
+            latest: candidate.latestScore.map(grade))
     }
 
     /// System fonts only; no `<` or `&` so the page stays well-formed XML.
