@@ -96,7 +96,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal"], path: "Services/Ingest/Core"),
@@ -106,16 +106,32 @@ let package = Package(
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
             .product(name: "Crypto", package: "swift-crypto"),
         ]),
+        // What the tests and benchmarks share: temporary directories, the real executables as
+        // child processes, one HTTP client, a webhook receiver, bus subscriptions with deadlines.
+        .target(
+            name: "DrivebusTestSupport",
+            dependencies: ["DrivebusKit", "DrivebusConfiguration"],
+            path: "Tests/Support"
+        ),
+        // Fast tests of the pure cores, the models and the stores, in process.
         .testTarget(
-            name: "DrivebusTests",
+            name: "CoreTests",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "IngestCore", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore",
-                "StatsCore", "StatsStore", "StatsHTTP",
-                .product(name: "Crypto", package: "swift-crypto"),
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "IngestCore", "CheckoutCore",
+                "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            path: "Tests/CoreTests"
+        ),
+        // Tests that start the real executables in temporary directories.
+        .testTarget(
+            name: "SystemTests",
+            dependencies: [
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusTestbed", "DrivebusTestSupport", "GeofenceCore", "CheckoutCore", "ScorerCore",
+                .product(name: "Crypto", package: "swift-crypto"),
                 grdb,
             ],
-            path: "Tests/DrivebusTests"
+            path: "Tests/SystemTests"
         ),
         serviceExecutable("checkout", ["CheckoutCore"]),
         serviceExecutable("trips", ["TripsCore"]),

@@ -3,6 +3,7 @@ import DrivebusGeo
 import DrivebusKit
 import DrivebusSchema
 import DrivebusTestbed
+import DrivebusTestSupport
 import Foundation
 @_spi(Testing) import GeofenceCore
 import Synchronization
@@ -54,7 +55,7 @@ struct GeofenceBench: AsyncParsableCommand {
     /// From the POST of the fix that enters the gate zone to the webhook's arrival at a local
     /// receiver, through the real ingest, bus and geofence (release builds).
     private func gateLatency() async throws {
-        let receiver = try BenchReceiver()
+        let receiver = try WebhookReceiver()
         let token = "bench-token-0123456789"
         let system = try await BenchSystem(services: [.bus, .ingest, .geofence], extraConfig: """
             devices: [{id: car, token: \(token)}]
@@ -74,11 +75,11 @@ struct GeofenceBench: AsyncParsableCommand {
             try await Task.sleep(for: .milliseconds(5))
             let started = ContinuousClock.now
             try post(lat: 48.2)
-            while receiver.count <= index {
+            while receiver.received.count <= index {
                 guard started.duration(to: .now) < .seconds(10) else { throw POSIXError(.ETIMEDOUT) }
                 try await Task.sleep(for: .microseconds(200))
             }
-            latencies.append(seconds(started.duration(to: receiver.arrival(index))) * 1000)
+            latencies.append(seconds(started.duration(to: receiver.received[index].instant)) * 1000)
         }
         latencies.sort()
         func percentile(_ p: Double) -> Double { (latencies[min(latencies.count - 1, Int(Double(latencies.count) * p))] * 10).rounded() / 10 }
@@ -153,57 +154,5 @@ struct GeofenceBench: AsyncParsableCommand {
             second += 1
         }
         return inputs
-    }
-}
-
-
-/// Answers every request 200 and notes when each arrived.
-final class BenchReceiver: Sendable {
-    let port: Int
-    private let listener: Int32
-    private let arrivals = Mutex<[ContinuousClock.Instant]>([])
-
-    init() throws {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        self.listener = listener
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
-        port = Int(UInt16(bigEndian: address.sin_port))
-        listen(listener, 64)
-        Thread { [self] in
-            while true {
-                let connection = accept(listener, nil, nil)
-                guard connection >= 0 else { return }
-                Thread { [self] in serve(connection) }.start()
-            }
-        }.start()
-    }
-
-    var count: Int { arrivals.withLock { $0.count } }
-    func arrival(_ index: Int) -> ContinuousClock.Instant { arrivals.withLock { $0[index] } }
-    func stop() { shutdown(listener, Int32(SHUT_RDWR)) }
-
-    private func serve(_ connection: Int32) {
-        defer { close(connection) }
-        var data: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(connection, $0.baseAddress, $0.count, 0) }
-            guard n > 0 else { return }
-            data += buffer[0..<n]
-            guard let end = data.firstRange(of: Array("\r\n\r\n".utf8)) else { continue }
-            let head = String(decoding: data[..<end.lowerBound], as: UTF8.self).lowercased()
-            let length = head.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
-            guard data.count - end.upperBound >= length else { continue }
-            arrivals.withLock { $0.append(.now) }
-            data.removeSubrange(..<(end.upperBound + length))
-            let reply = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
-            _ = reply.withCString { send(connection, $0, strlen($0), 0) }
-        }
     }
 }

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Synchronization
 
@@ -116,78 +117,3 @@ final class BenchSystem {
     }
 }
 
-/// A blocking HTTP/1.1 keep-alive connection, enough to load a server from dedicated threads.
-final class HTTPConnection {
-    private let fd: Int32
-
-    init(port: Int) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var address = sockaddr_in()
-        address.sin_family = sa_family_t(AF_INET)
-        address.sin_port = UInt16(port).bigEndian
-        address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var one: Int32 = 1
-        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
-        let rc = withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0 else {
-            close(fd)
-            throw POSIXError(.ECONNREFUSED)
-        }
-    }
-
-    deinit { close(fd) }
-
-    /// Sends one request and reads the whole response; returns its status.
-    func send(method: String, path: String, headers: [(String, String)], body: [UInt8]) throws -> Int {
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n"
-        for (name, value) in headers { head += "\(name): \(value)\r\n" }
-        let request = Array((head + "\r\n").utf8) + body
-        var sent = 0
-        while sent < request.count {
-            let n = request.withUnsafeBytes { Glibc.send(fd, $0.baseAddress! + sent, $0.count - sent, 0) }
-            guard n > 0 else { throw POSIXError(.EPIPE) }
-            sent += n
-        }
-        var response: [UInt8] = []
-        var buffer = [UInt8](repeating: 0, count: 16_384)
-        while true {
-            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            guard n > 0 else { throw POSIXError(.ECONNRESET) }
-            response += buffer[0..<n]
-            guard let end = response.firstRange(of: Array("\r\n\r\n".utf8)) else { continue }
-            let headText = String(decoding: response[..<end.lowerBound], as: UTF8.self).lowercased()
-            let length = headText.split(separator: "\r\n").first { $0.hasPrefix("content-length:") }
-                .flatMap { Int($0.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces)) } ?? 0
-            if response.count - end.upperBound >= length {
-                return Int(headText.split(separator: " ")[1])!
-            }
-        }
-    }
-
-    /// Posts every body, spread over `connections` threads; returns the seconds it took. Fails if
-    /// any answer is not 200.
-    static func load(port: Int, connections: Int, bodies: [[UInt8]], path: String, headers: [(String, String)]) throws -> Double {
-        let next = Atomic<Int>(0)
-        let failures = Atomic<Int>(0)
-        let group = DispatchGroup()
-        let started = ContinuousClock.now
-        for _ in 0..<connections {
-            group.enter()
-            Thread {
-                defer { group.leave() }
-                guard let connection = try? HTTPConnection(port: port) else { failures.add(1, ordering: .relaxed); return }
-                while true {
-                    let index = next.add(1, ordering: .relaxed).oldValue
-                    guard index < bodies.count else { return }
-                    if (try? connection.send(method: "POST", path: path, headers: headers, body: bodies[index])) != 200 {
-                        failures.add(1, ordering: .relaxed)
-                    }
-                }
-            }.start()
-        }
-        group.wait()
-        let elapsed = seconds(started.duration(to: .now))
-        guard failures.load(ordering: .relaxed) == 0 else { throw POSIXError(.EIO) }
-        return elapsed
-    }
-}

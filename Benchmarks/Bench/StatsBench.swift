@@ -1,6 +1,7 @@
 import ArgumentParser
 import DrivebusKit
 import DrivebusTestbed
+import DrivebusTestSupport
 import Foundation
 import StatsCore
 import StatsStore

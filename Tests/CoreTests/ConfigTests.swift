@@ -1,5 +1,6 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Testing
 

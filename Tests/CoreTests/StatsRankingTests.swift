@@ -1,5 +1,6 @@
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting

@@ -1,11 +1,12 @@
 import DrivebusConfiguration
 import DrivebusKit
 import DrivebusTestbed
+import DrivebusTestSupport
 import Foundation
 import GRDB
 import Testing
 
-/// Stats killed with SIGKILL at random moments while fixes, zone crossings, a gate call, a
+/// Stats killed with SIGKILL at seeded random moments while fixes, zone crossings, a gate call, a
 /// check-out and scored trips flow ends with exactly the rows of an undisturbed run: the same
 /// history stored by a stats that starts from an empty database after everything happened.
 @Suite(.serialized) struct StatsCrashTests {
@@ -36,6 +37,13 @@ import Testing
         var configuration = Configuration()
         configuration.readonly = true
         return try DatabaseQueue(path: path, configuration: configuration)
+    }
+
+    /// The last journal seq stats has stored.
+    static func storedJournal(_ path: String) async -> UInt64 {
+        guard let queue = try? readOnly(path) else { return 0 }
+        defer { try? queue.close() }
+        return (try? await queue.read { db in try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'journal'") }).flatMap { $0 }.map(UInt64.init) ?? 0
     }
 
     /// Whether stats has stored everything its sources hold: the journal and each event journal.
@@ -84,12 +92,14 @@ import Testing
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
         for service in [ServiceName.geofence, .checkout, .trips, .scorer, .stats] { try await waitUntilLive(service, config: config) }
 
-        // The killer: SIGKILL at seeded random moments, a restart right after each.
+        // The killer: SIGKILL at seeded random points of the import (when stats has stored so
+        // many journal records), a restart right after each.
+        var random = SplitMix64(seed: 13)
+        let killPoints = (0..<6).map { _ in UInt64(1 + random.unit() * 1500) }.sorted()
         let killer = Task { [stats] in
-            var random = SplitMix64(seed: 13)
             var current = stats
-            for _ in 0..<6 {
-                try await Task.sleep(for: .milliseconds(150 + Int(random.unit() * 900)))
+            for point in killPoints {
+                _ = await eventually(within: .seconds(30)) { await Self.storedJournal(database) >= point }
                 current.signal(SIGKILL)
                 _ = try await current.exitStatus()
                 current = try Child("drivebus-stats", ["--config", path])

@@ -1,4 +1,5 @@
 import DrivebusSchema
+import DrivebusTestSupport
 import Foundation
 import Hummingbird
 import HummingbirdTesting

@@ -1,20 +1,11 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
 import Testing
-
-func http(_ method: String, _ url: String, token: String? = nil, body: Data? = nil) async throws -> (status: Int, body: String) {
-    var request = URLRequest(url: URL(string: url)!)
-    request.httpMethod = method
-    request.httpBody = body
-    if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
-    request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-    let (data, response) = try await URLSession.shared.data(for: request)
-    return ((response as! HTTPURLResponse).statusCode, String(decoding: data, as: UTF8.self))
-}
 
 struct ReplayReply: Decodable {
     struct Message: Decodable {

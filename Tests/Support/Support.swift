@@ -1,18 +1,17 @@
 import DrivebusConfiguration
 import DrivebusKit
 import Foundation
-import Testing
 
 /// A fresh directory under /tmp with a short path, so ipc socket paths stay under 107 bytes.
-final class TempDir {
-    let path: String
+public final class TempDir {
+    public let path: String
 
-    init() {
+    public init() {
         var template = Array("/tmp/dbt-XXXXXX".utf8CString)
         path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
     }
 
-    func file(_ name: String, _ contents: String) -> String {
+    public func file(_ name: String, _ contents: String) -> String {
         let full = path + "/" + name
         _ = FileManager.default.createFile(atPath: full, contents: Data(contents.utf8))
         return full
@@ -23,7 +22,7 @@ final class TempDir {
 
 /// Where the built executables are: `$DRIVEBUS_BIN_DIR`, or beside the test bundle, which is
 /// where `swift build` puts them.
-let binDirectory: String = {
+public let binDirectory: String = {
     if let dir = ProcessInfo.processInfo.environment["DRIVEBUS_BIN_DIR"] { return dir }
     let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
     var url = URL(fileURLWithPath: exe).deletingLastPathComponent()
@@ -35,51 +34,59 @@ let binDirectory: String = {
 }()
 
 /// A child process with captured output.
-final class Child: @unchecked Sendable {
-    let process = Process()
+public final class Child: @unchecked Sendable {
+    public let process = Process()
     private let out = Pipe()
     private let err = Pipe()
     private let lock = NSLock()
     private var stdoutData = Data()
     private var stderrData = Data()
+    /// Pipes at end of file: all their bytes have been read.
+    private var closedPipes = 0
 
-    init(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) throws {
+    public init(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) throws {
         process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : binDirectory + "/" + executable)
         process.arguments = arguments
         if let cwd { process.currentDirectoryURL = URL(fileURLWithPath: cwd) }
         if let environment { process.environment = environment }
         process.standardOutput = out
         process.standardError = err
-        out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.stdoutData.append(data) }
-        }
-        err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.stderrData.append(data) }
-        }
+        out.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stdoutData) }
+        err.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stderrData) }
         try process.run()
     }
 
-    var pid: Int32 { process.processIdentifier }
-    var stdout: String { lock.withLock { String(decoding: stdoutData, as: UTF8.self) } }
-    var stderr: String { lock.withLock { String(decoding: stderrData, as: UTF8.self) } }
+    private func take(_ handle: FileHandle, into buffer: ReferenceWritableKeyPath<Child, Data>) {
+        let data = handle.availableData
+        lock.withLock {
+            if data.isEmpty {
+                handle.readabilityHandler = nil
+                closedPipes += 1
+            } else {
+                self[keyPath: buffer].append(data)
+            }
+        }
+    }
 
-    func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
+    public var pid: Int32 { process.processIdentifier }
+    public var stdout: String { lock.withLock { String(decoding: stdoutData, as: UTF8.self) } }
+    public var stderr: String { lock.withLock { String(decoding: stderrData, as: UTF8.self) } }
+
+    public func signal(_ signal: Int32) { kill(process.processIdentifier, signal) }
 
     /// Waits for the process to exit, polling so no thread is blocked.
-    func exitStatus(within timeout: Duration = .seconds(30)) async throws -> Int32 {
+    public func exitStatus(within timeout: Duration = .seconds(30)) async throws -> Int32 {
         let deadline = ContinuousClock.now + timeout
         while process.isRunning {
             guard ContinuousClock.now < deadline else {
-                Issue.record("\(process.executableURL!.lastPathComponent) did not exit within \(timeout); stderr:\n\(stderr)")
                 signal(SIGKILL)
-                throw CancellationError()
+                throw Timeout(description: "\(process.executableURL!.lastPathComponent) did not exit within \(timeout); stderr:\n\(stderr)")
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        // Let the readability handlers take the last bytes.
-        try await Task.sleep(for: .milliseconds(50))
+        // The last bytes are read once both pipes are at end of file (a grandchild that kept
+        // them open gets two seconds).
+        _ = await eventually(within: .seconds(2)) { lock.withLock { closedPipes == 2 } }
         return process.terminationStatus
     }
 
@@ -89,14 +96,14 @@ final class Child: @unchecked Sendable {
 }
 
 /// Runs a command to completion.
-func run(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) async throws -> (status: Int32, stdout: String, stderr: String) {
+public func run(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) async throws -> (status: Int32, stdout: String, stderr: String) {
     let child = try Child(executable, arguments, cwd: cwd, environment: environment)
     let status = try await child.exitStatus()
     return (status, child.stdout, child.stderr)
 }
 
 /// True while `pid` is a live process (a zombie left for a reaper counts as gone).
-func isAlive(_ pid: Int32) -> Bool {
+public func isAlive(_ pid: Int32) -> Bool {
     guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8) else { return false }
     // The state is the field after the parenthesised command name.
     guard let close = stat.lastIndex(of: ")") else { return false }
@@ -105,7 +112,7 @@ func isAlive(_ pid: Int32) -> Bool {
 }
 
 /// Polls `condition` until it holds or `timeout` passes.
-func eventually(within timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
+public func eventually(within timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
@@ -117,23 +124,25 @@ func eventually(within timeout: Duration = .seconds(10), _ condition: () async t
 /// A real HTTP server on 127.0.0.1 that records what it receives and answers as scripted:
 /// each request takes the next status from `statuses` (the last one repeats); `nil` means hang
 /// without answering until the receiver stops.
-final class WebhookReceiver: @unchecked Sendable {
-    struct Received: Sendable {
-        let method: String
-        let path: String
-        let headers: [String: String]
-        let body: String
-        let at: Date
+public final class WebhookReceiver: @unchecked Sendable {
+    public struct Received: Sendable {
+        public let method: String
+        public let path: String
+        public let headers: [String: String]
+        public let body: String
+        public let at: Date
+        /// When it arrived, for latencies.
+        public let instant: ContinuousClock.Instant
     }
 
-    let port: Int
+    public let port: Int
     private let listener: Int32
     private let lock = NSLock()
     private var requests: [Received] = []
     private var statuses: [Int?]
     private var stopped = false
 
-    init(statuses: [Int?] = [200]) throws {
+    public init(statuses: [Int?] = [200]) throws {
         self.statuses = statuses
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
@@ -146,18 +155,18 @@ final class WebhookReceiver: @unchecked Sendable {
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
         port = Int(UInt16(bigEndian: address.sin_port))
-        listen(listener, 16)
+        listen(listener, 64)
         Thread { [self] in serve() }.start()
     }
 
-    var url: String { "http://127.0.0.1:\(port)/open" }
-    var received: [Received] { lock.withLock { requests } }
+    public var url: String { "http://127.0.0.1:\(port)/open" }
+    public var received: [Received] { lock.withLock { requests } }
 
-    func script(_ statuses: [Int?]) { lock.withLock { self.statuses = statuses } }
+    public func script(_ statuses: [Int?]) { lock.withLock { self.statuses = statuses } }
 
     /// Wakes the accepting thread, which closes the socket itself: closing it here could hand
     /// its descriptor number to the next receiver while the old thread still accepts on it.
-    func stop() {
+    public func stop() {
         let first = lock.withLock { () -> Bool in
             defer { stopped = true }
             return !stopped
@@ -200,7 +209,7 @@ final class WebhookReceiver: @unchecked Sendable {
             let parts = head[0].split(separator: " ")
             let request = Received(
                 method: String(parts[0]), path: parts.count > 1 ? String(parts[1]) : "", headers: headers,
-                body: String(decoding: data[end.upperBound..<(end.upperBound + length)], as: UTF8.self), at: Date())
+                body: String(decoding: data[end.upperBound..<(end.upperBound + length)], as: UTF8.self), at: Date(), instant: .now)
             let status: Int? = lock.withLock {
                 requests.append(request)
                 return statuses.count > 1 ? statuses.removeFirst() : statuses.first ?? 200
@@ -219,21 +228,21 @@ final class WebhookReceiver: @unchecked Sendable {
 
 /// Waits until `service` answers `health` with `ok`: started and caught up with the journal, so
 /// that what is sent from now on reaches it live.
-func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws {
+public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws {
     let client = BusClient(settings: config.process, name: "test-wait")
     let live = await eventually(within: .seconds(20)) {
         (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300)))?.status == "ok"
     }
     await client.shutdown()
-    #expect(live, "\(service) did not become live")
+    guard live else { throw Timeout(description: "\(service) did not become live") }
 }
 
 /// A port nobody listens on right now.
-func freePort() -> Int { freePorts(1)[0] }
+public func freePort() -> Int { freePorts(1)[0] }
 
 /// `count` distinct free ports: every socket stays bound until all are chosen, so the kernel
 /// cannot hand out one port twice.
-func freePorts(_ count: Int) -> [Int] {
+public func freePorts(_ count: Int) -> [Int] {
     let sockets = (0..<count).map { _ in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
     defer { for fd in sockets { close(fd) } }
     return sockets.map { fd in
@@ -249,14 +258,15 @@ func freePorts(_ count: Int) -> [Int] {
 }
 
 /// A wait on the bus that did not finish in time.
-struct BusTimeout: Error, CustomStringConvertible {
-    let description: String
+public struct Timeout: Error, CustomStringConvertible {
+    public let description: String
+    public init(description: String) { self.description = description }
 }
 
 /// Runs `body`, which reads `client`'s subscriptions, with a deadline, so a lost message fails
 /// the test instead of hanging it: at the deadline the client is shut down, which ends its
 /// streams (reads return nil); the client is unusable from then on, but the test has failed.
-func withDeadline<T>(_ timeout: Duration, on client: BusClient, _ body: () async -> T) async -> T {
+public func withDeadline<T>(_ timeout: Duration, on client: BusClient, _ body: () async -> T) async -> T {
     let timer = Task {
         try await Task.sleep(for: timeout)
         await client.shutdown()
@@ -265,11 +275,11 @@ func withDeadline<T>(_ timeout: Duration, on client: BusClient, _ body: () async
     return await body()
 }
 
-/// The next message on `iterator` that matches `predicate` (others are skipped), or nil with an
-/// issue recorded if none comes within `timeout`.
-func next(
+/// The next message on `iterator` that matches `predicate` (others are skipped), or nil if none
+/// comes within `timeout`.
+public func next(
     _ iterator: inout BusSubscription.AsyncIterator, of client: BusClient, within timeout: Duration = .seconds(20),
-    sourceLocation: SourceLocation = #_sourceLocation, where predicate: (BusMessage) -> Bool = { _ in true }
+    where predicate: (BusMessage) -> Bool = { _ in true }
 ) async -> BusMessage? {
     let found = await withDeadline(timeout, on: client) { () async -> BusMessage? in
         while let message = await iterator.next() {
@@ -277,7 +287,6 @@ func next(
         }
         return nil
     }
-    if found == nil { Issue.record("no matching bus message within \(timeout)", sourceLocation: sourceLocation) }
     return found
 }
 
@@ -285,7 +294,7 @@ func next(
 /// publish from now on arrives. The heartbeat prefixes go last: once a heartbeat arrives, that
 /// service's publisher has the earlier prefixes too (as long as nobody else subscribed to those
 /// heartbeats first: the broker forwards only new subscriptions).
-func joinedSubscription(
+public func joinedSubscription(
     _ client: BusClient, _ prefixes: [String], heartbeatsFrom services: [ServiceName], within timeout: Duration = .seconds(20)
 ) async throws -> BusSubscription.AsyncIterator {
     let heartbeats = services.map { "svc.heartbeat.\($0.rawValue)" }
@@ -294,16 +303,16 @@ func joinedSubscription(
     await withDeadline(timeout, on: client) {
         while !missing.isEmpty, let message = await iterator.next() { missing.remove(message.topic) }
     }
-    guard missing.isEmpty else { throw BusTimeout(description: "no heartbeat within \(timeout) on \(missing.sorted())") }
+    guard missing.isEmpty else { throw Timeout(description: "no heartbeat within \(timeout) on \(missing.sorted())") }
     return iterator
 }
 
 /// Reads `iterator` until `done` holds for what was read, skipping heartbeats (which
-/// `joinedSubscription` subscribes to); records an issue if `timeout` passes first.
-func collect(
+/// `joinedSubscription` subscribes to); throws if `timeout` passes first.
+public func collect(
     from iterator: inout BusSubscription.AsyncIterator, of client: BusClient, within timeout: Duration = .seconds(30),
-    sourceLocation: SourceLocation = #_sourceLocation, until done: ([BusMessage]) -> Bool
-) async -> [BusMessage] {
+    until done: ([BusMessage]) -> Bool
+) async throws -> [BusMessage] {
     var seen: [BusMessage] = []
     let finished = await withDeadline(timeout, on: client) { () async -> Bool in
         while let message = await iterator.next() {
@@ -313,12 +322,12 @@ func collect(
         }
         return false
     }
-    if !finished { Issue.record("collecting did not finish within \(timeout); got \(seen.map(\.topic))", sourceLocation: sourceLocation) }
+    guard finished else { throw Timeout(description: "collecting did not finish within \(timeout); got \(seen.map(\.topic))") }
     return seen
 }
 
 /// A decoder for a core's checkpoint, given the configurations the checkpoint leaves out.
-func checkpointDecoder<each Configuration: Sendable>(_ configurations: repeat each Configuration) -> JSONDecoder {
+public func checkpointDecoder<each Configuration: Sendable>(_ configurations: repeat each Configuration) -> JSONDecoder {
     let decoder = JSONDecoder()
     decoder.userInfo = CheckpointConfiguration.userInfo(repeat each configurations)
     return decoder

@@ -1,5 +1,6 @@
 import DrivebusJournal
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Testing
 

@@ -1,5 +1,6 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import TripsCore
 import Testing
@@ -64,7 +65,7 @@ import Testing
         let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
         let imported = try await run("drivebus", ["import", "--config", harness.path, "--device", "car", gpx])
         #expect(imported.status == 0, "\(imported.stderr)")
-        let messages = await collect(from: &events, of: client) { messages in
+        let messages = try await collect(from: &events, of: client) { messages in
             messages.contains { $0.topic == "drive.scored.car" } && messages.contains { $0.topic == "trip.ended.car" }
         }
         let ended = messages.filter { $0.topic == "trip.ended.car" }
@@ -114,7 +115,7 @@ import Testing
         try await harness.restart(.trips)
         try await harness.post(fixes[450..<700])
         try await harness.post(fixes[700...])
-        let messages = await collect(from: &events, of: client) { messages in
+        let messages = try await collect(from: &events, of: client) { messages in
             Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
         }
         var byID: [String: TripEnded] = [:]

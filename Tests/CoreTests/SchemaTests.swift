@@ -1,4 +1,5 @@
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Testing
 

@@ -1,4 +1,5 @@
 import DrivebusGeo
+import DrivebusTestSupport
 import Foundation
 import Testing
 

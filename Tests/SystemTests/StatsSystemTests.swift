@@ -1,5 +1,6 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 #if canImport(FoundationNetworking)
 import FoundationNetworking

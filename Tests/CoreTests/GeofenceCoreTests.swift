@@ -1,6 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
 import DrivebusTestbed
+import DrivebusTestSupport
 import Foundation
 @_spi(Testing) import GeofenceCore
 import Testing

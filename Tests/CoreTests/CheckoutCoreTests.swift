@@ -1,6 +1,7 @@
 import CheckoutCore
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTestSupport
 import Foundation
 import Testing
 

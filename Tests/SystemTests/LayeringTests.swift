@@ -1,3 +1,4 @@
+import DrivebusTestSupport
 import Foundation
 import Testing
 

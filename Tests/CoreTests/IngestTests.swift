@@ -1,15 +1,14 @@
 import DrivebusConfiguration
 import DrivebusJournal
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import IngestCore
 import Synchronization
 import Testing
 
 /// The fixtures directory, found from this file so tests run from any working directory.
-let fixtures = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../Fixtures").standardized
 
-func fixture(_ name: String) throws -> Data { try Data(contentsOf: fixtures.appendingPathComponent(name)) }
 
 /// What the journal handed to the bus, in order.
 final class Published: Sendable {
@@ -45,7 +44,6 @@ struct IngestHarness {
     }
 }
 
-func date(_ text: String) -> Date { RFC3339.parse(text)! }
 
 @Suite struct JournalTests {
     func fix(_ index: Int, device: String = "car") -> JournalRecord {

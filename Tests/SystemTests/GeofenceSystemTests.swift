@@ -1,6 +1,7 @@
 import Crypto
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Testing
 
@@ -113,15 +114,14 @@ struct GateHarness {
         _ = try await harness.drive(to: (48.3, 16.37), from: 200, through: 200, endAgo: 7200, token: "van-token-0123456789")
         let yard = try await next(&events, of: client) { $0.topic == "geofence.enter.van" }?.decode(GeofenceTransition.self)
         #expect(yard?.zone == "yard")
-        // Geofence has handled every fix (a heartbeat at ingest's journal head), then a settle
-        // for a stray second call.
+        // Geofence has handled every fix (a heartbeat at ingest's journal head). Every call is
+        // written to the outbox before it is sent, so one outbox row means one call, ever.
         let journal = try await client.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
         #expect(await next(&events, of: client) {
             $0.topic == "svc.heartbeat.geofence" && ((try? $0.decode(Heartbeat.self))?.lastSeq["journal"] ?? 0) >= journal
         } != nil)
-        try await Task.sleep(for: .seconds(1))
-        #expect(receiver.received.count == 1)
         #expect(try await harness.outbox().count == 1)
+        #expect(await eventually { receiver.received.count == 1 })
         await client.shutdown()
         try await harness.stop()
         receiver.stop()
