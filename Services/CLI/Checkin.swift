@@ -25,14 +25,9 @@ struct Checkin: AsyncParsableCommand {
             }
             time = parsed
         }
-        struct Request: Encodable {
-            let op = "checkin"
-            let device: String
-            let time: Date?
-        }
         let bus = BusClient(settings: config.process, name: "checkin")
         do {
-            let reply = try await bus.call(.ingest, Request(device: device, time: time), as: PublishReply.self)
+            let reply = try await bus.call(.ingest, IngestRPCMessages.Checkin(device: device, time: time), as: PublishReply.self)
             print("checked in \(device) at \(RFC3339.format(time ?? Date())) (journal seq \(reply.lastSeq))")
             await bus.shutdown()
         } catch {

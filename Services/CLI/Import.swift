@@ -72,7 +72,7 @@ struct Import: AsyncParsableCommand {
                 progress.advance(to: min(start + batch, timed.count))
             }
             progress.finish()
-            _ = try await bus.call(.ingest, ImportFinishedRequest(device: device, file: URL(fileURLWithPath: file).lastPathComponent, fixes: counts.accepted), as: PublishReply.self)
+            _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: URL(fileURLWithPath: file).lastPathComponent, fixes: counts.accepted), as: PublishReply.self)
             print("\(file): \(points.count) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(points.count - timed.count) without a time")
             for reason in reasons { print("  refused \(reason)") }
         }
@@ -86,22 +86,7 @@ struct Import: AsyncParsableCommand {
     }
 }
 
-struct ImportFinishedRequest: Encodable {
-    let op = "import_finished"
-    let device: String
-    let file: String
-    let fixes: Int
-}
-
-struct PublishReply: Codable, Sendable {
-    var accepted: Int
-    var duplicates: Int
-    var lastSeq: UInt64
-    enum CodingKeys: String, CodingKey {
-        case accepted, duplicates
-        case lastSeq = "last_seq"
-    }
-}
+typealias PublishReply = IngestRPCMessages.Stored
 
 /// A progress bar on standard error, drawn only when it is a terminal.
 struct Progress {

@@ -200,7 +200,7 @@ public struct ReplayPage: Sendable {
     public let messages: [JournalMessage]
 
     public static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
-        let request = Array(#"{"op":"replay","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
+        let request = try BusJSON.encode(IngestRPCMessages.Replay(fromSeq: from, limit: limit))
         let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
         guard case .object(let root) = try JSONValue.parse(reply) else { throw RPCErrorBody.badRequest("replay reply is not an object") }
         guard case .bool(true)? = root["ok"] else {

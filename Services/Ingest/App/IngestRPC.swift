@@ -8,39 +8,11 @@ struct IngestRPC {
     let handler: IngestHandler
     let journal: Journal
 
-    struct ReplayRequest: Decodable, Sendable {
-        var fromSeq: UInt64
-        var limit: Int?
-        enum CodingKeys: String, CodingKey {
-            case fromSeq = "from_seq"
-            case limit
-        }
-    }
-
-    struct PublishRequest: Decodable, Sendable {
-        var device: String
-    }
-
-    struct PublishReply: Codable, Sendable {
-        var accepted: Int
-        var duplicates: Int
-        var lastSeq: UInt64
-        enum CodingKeys: String, CodingKey {
-            case accepted, duplicates
-            case lastSeq = "last_seq"
-        }
-    }
-
-    struct ImportFinishedRequest: Decodable, Sendable {
-        var device: String
-        var file: String
-        var fixes: Int
-    }
-
-    struct CheckinRequest: Decodable, Sendable {
-        var device: String
-        var time: Date?
-    }
+    typealias ReplayRequest = IngestRPCMessages.Replay
+    typealias PublishRequest = IngestRPCMessages.Publish
+    typealias PublishReply = IngestRPCMessages.Stored
+    typealias ImportFinishedRequest = IngestRPCMessages.ImportFinished
+    typealias CheckinRequest = IngestRPCMessages.Checkin
 
     static let maxReplay = 10_000
 

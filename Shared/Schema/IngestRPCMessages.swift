@@ -1,0 +1,68 @@
+import Foundation
+
+/// The requests and replies of ingest's RPC socket (`ipc://RUN/ingest.rpc`), shared by ingest and
+/// the tools that call it (`drivebus import`, `drivebus checkin`, the followers' replay).
+public enum IngestRPCMessages {
+    /// `replay`: journal records from `from_seq` on.
+    public struct Replay: Codable, Sendable {
+        public var op = "replay"
+        public var fromSeq: UInt64
+        public var limit: Int?
+        enum CodingKeys: String, CodingKey {
+            case op
+            case fromSeq = "from_seq"
+            case limit
+        }
+        public init(fromSeq: UInt64, limit: Int?) {
+            self.fromSeq = fromSeq
+            self.limit = limit
+        }
+    }
+
+    /// `publish` (the head of it: the fixes are read by the native parser) names the device.
+    public struct Publish: Codable, Sendable {
+        public var op = "publish"
+        public var device: String
+        public init(device: String) { self.device = device }
+    }
+
+    /// `import_finished`: a file's import is done, which ends its trips.
+    public struct ImportFinished: Codable, Sendable {
+        public var op = "import_finished"
+        public var device: String
+        public var file: String
+        public var fixes: Int
+        public init(device: String, file: String, fixes: Int) {
+            self.device = device
+            self.file = file
+            self.fixes = fixes
+        }
+    }
+
+    /// `checkin`: a rider boarded a taxi at `time` (now when absent).
+    public struct Checkin: Codable, Sendable {
+        public var op = "checkin"
+        public var device: String
+        public var time: Date?
+        public init(device: String, time: Date?) {
+            self.device = device
+            self.time = time
+        }
+    }
+
+    /// What `publish`, `checkin` and `import_finished` answer.
+    public struct Stored: Codable, Sendable, Equatable {
+        public var accepted: Int
+        public var duplicates: Int
+        public var lastSeq: UInt64
+        enum CodingKeys: String, CodingKey {
+            case accepted, duplicates
+            case lastSeq = "last_seq"
+        }
+        public init(accepted: Int, duplicates: Int, lastSeq: UInt64) {
+            self.accepted = accepted
+            self.duplicates = duplicates
+            self.lastSeq = lastSeq
+        }
+    }
+}
