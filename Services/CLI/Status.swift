@@ -36,6 +36,7 @@ struct Status: AsyncParsableCommand {
         }
         var replies: [Result<HealthReply, any Error>] = []
         for task in tasks { replies.append(await task.value) }
+        let deadLetters = try? await bus.call(.geofence, RPCRequestHead(op: "dead_letters"), as: DeadLetters.self, timeout: wait)
         await bus.shutdown()
 
         var healthy = true
@@ -59,8 +60,20 @@ struct Status: AsyncParsableCommand {
                 let data = try JSONSerialization.data(withJSONObject: object, options: [.sortedKeys])
                 print(String(decoding: data, as: UTF8.self))
             }
+            if let deadLetters {
+                let data = try JSONSerialization.data(withJSONObject: ["dead_letters": deadLetters.calls.count], options: [.sortedKeys])
+                print(String(decoding: data, as: UTF8.self))
+            }
         } else {
             print(Self.table([["SERVICE", "STATUS", "PID", "UPTIME", "PUBLISHED", "LAST SEQ"]] + rows))
+            if let calls = deadLetters?.calls, !calls.isEmpty {
+                // Gate calls given up on: refused, failed or too old to open a gate for.
+                print("\nDEAD LETTERS (\(calls.count)): gate calls given up on")
+                let recent = calls.suffix(10).map { call in
+                    [call.gate, call.device, call.state, String(call.attempts), call.finishedAt.map(RFC3339.format) ?? "-", call.lastError ?? "-"]
+                }
+                print(Self.table([["GATE", "DEVICE", "STATE", "ATTEMPTS", "FINISHED", "LAST ERROR"]] + recent))
+            }
         }
         if !healthy { throw ExitCode(1) }
     }
@@ -108,4 +121,20 @@ struct Tail: AsyncParsableCommand {
         }
         await bus.shutdown()
     }
+}
+
+/// The geofence service's `dead_letters` reply.
+struct DeadLetters: Codable, Sendable {
+    struct Call: Codable, Sendable {
+        let gate, device, state: String
+        let attempts: Int
+        let lastError: String?
+        let finishedAt: Date?
+        enum CodingKeys: String, CodingKey {
+            case gate, device, state, attempts
+            case lastError = "last_error"
+            case finishedAt = "finished_at"
+        }
+    }
+    let calls: [Call]
 }

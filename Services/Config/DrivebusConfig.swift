@@ -206,12 +206,12 @@ extension DrivebusConfig {
             let webhook = Webhook(
                 url: try hook.requiredString("url"), method: (try hook.string("method") ?? "POST").uppercased(), headers: headers,
                 body: try hook.string("body") ?? Webhook.defaultBody, secret: try hook.string("secret"),
-                timeoutS: try hook.double("timeout_s", default: 5, in: 0.1...120), retries: try hook.int("retries", default: 8, in: 0...100))
+                timeoutS: try hook.double("timeout_s", default: 5, in: 0.1...120), retries: try hook.int("retries", default: 100, in: 0...100))
             geofence.gates.append(Gate(
                 id: try entry.requiredString("id"), zone: try entry.requiredString("zone"), devices: gateDevices, on: trigger,
                 minSpeedMps: entry.has("min_speed_mps") ? try entry.double("min_speed_mps", default: 0, in: 0...100) : nil,
                 motion: motion, cooldownS: try entry.double("cooldown_s", default: 300, in: 0...86_400),
-                maxAgeS: try entry.double("max_age_s", default: 60, in: 1...86_400), webhook: webhook))
+                maxAgeS: try entry.double("max_age_s", default: 120, in: 1...86_400), webhook: webhook))
         }
         do {
             try geofence.validate()

@@ -21,8 +21,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         var core: Core
     }
 
-    public typealias Apply = @Sendable (inout Core, JournalMessage, _ live: Bool) -> [DerivedEvent]
-    public typealias Tick = @Sendable (inout Core, Date) -> [DerivedEvent]
+    /// Throwing means the step's effects could not be made durable (an outbox write failed):
+    /// the consumer then stops without another checkpoint, and the service exits non-zero so that
+    /// its supervisor restarts it and the journal replays the step.
+    public typealias Apply = @Sendable (inout Core, JournalMessage, _ live: Bool) throws -> [DerivedEvent]
+    public typealias Tick = @Sendable (inout Core, Date) throws -> [DerivedEvent]
 
     private let context: ServiceContext
     public let events: EventLog
@@ -44,6 +47,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// Derived events computed but not yet journaled. Changed under the state lock, so that no
     /// checkpoint ever holds a state whose events could still be lost.
     private let unjournaled = Atomic<Int>(0)
+    /// A step failed after changing the core: nothing is checkpointed from then on.
+    private let poisoned = Atomic<Bool>(false)
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
@@ -114,13 +119,13 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private func tickUnlessHeld() async throws {
         // Checked under the state lock: a group's hold is taken before its first message takes
         // the lock, so a tick either comes before the whole group or is owed until it is done.
-        let events = state.withLock { checkpoint -> [DerivedEvent] in
-            guard holds.load(ordering: .relaxed) == 0 else {
+        let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
+            guard holds.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else {
                 tickOwed.store(true, ordering: .relaxed)
                 return []
             }
             tickOwed.store(false, ordering: .relaxed)
-            let events = tick(&checkpoint.core, Date())
+            let events = try poisonOnFailure { try tick(&checkpoint.core, Date()) }
             if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
             return events
         }
@@ -128,10 +133,10 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     }
 
     private func apply(_ message: JournalMessage, live: Bool) async throws {
-        let events = state.withLock { checkpoint -> [DerivedEvent] in
+        let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
             // Strictly in order: a message after a gap is never applied before the gap is filled.
-            guard message.seq == checkpoint.lastSeq + 1 else { return [] }
-            let events = apply(&checkpoint.core, message, live)
+            guard message.seq == checkpoint.lastSeq + 1, !poisoned.load(ordering: .relaxed) else { return [] }
+            let events = try poisonOnFailure { try apply(&checkpoint.core, message, live) }
             checkpoint.lastSeq = message.seq
             seq.store(message.seq, ordering: .relaxed)
             if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
@@ -141,6 +146,18 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         // Checkpoint right after journaling what a message produced, so that a restart has
         // less to redo.
         if !events.isEmpty { saveCheckpoint() }
+    }
+
+    /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
+    /// is checkpointed from then on.
+    private func poisonOnFailure<T>(_ step: () throws -> T) throws -> T {
+        do {
+            return try step()
+        } catch {
+            poisoned.store(true, ordering: .relaxed)
+            context.logger.critical("a step failed, stopping so that the journal replays it: \(error)")
+            throw error
+        }
     }
 
     /// Journals and publishes events computed under the lock (which counted them as unjournaled).
@@ -162,7 +179,9 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// belong on the cooperative pool.
     private func saveCheckpoint() {
         Self.checkpointQueue.async { [self] in
-            guard let snapshot = state.withLock({ unjournaled.load(ordering: .relaxed) == 0 ? $0 : nil }) else { return }
+            guard let snapshot = state.withLock({ checkpoint -> Checkpoint? in
+                unjournaled.load(ordering: .relaxed) == 0 && !poisoned.load(ordering: .relaxed) ? checkpoint : nil
+            }) else { return }
             do {
                 try checkpoint.save(snapshot)
             } catch {

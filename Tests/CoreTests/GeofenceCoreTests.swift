@@ -357,8 +357,8 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(geofenceEvents(outputs) == ["enter gate"] && geofenceCalls(outputs).isEmpty)
 
         var stale = GeofenceFeed()
-        _ = stale.drive(from: -105, to: 95, start: 0, lag: 61)  // a late batch: 61 s old
-        _ = stale.drive(from: 95, to: -105, start: 400, lag: 60)  // exactly max_age_s: still fires
+        _ = stale.drive(from: -105, to: 95, start: 0, lag: 121)  // a late batch: 121 s old
+        _ = stale.drive(from: 95, to: -105, start: 400, lag: 120)  // exactly max_age_s: still fires
         let staleOutputs = geofenceRun(stale, configuration)
         #expect(geofenceEvents(staleOutputs) == ["enter gate", "exit gate", "enter gate", "exit gate"])
         #expect(geofenceCalls(staleOutputs).map(\.time) == [geofenceT0 + 400 + 7])
@@ -521,8 +521,8 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(configuration.zones[0].shape == .circle(center: Coordinate(lat: 56.95, lon: 24.10), radiusM: 100))
         #expect(configuration.zones[1].speedLimitKmh == 20)
         let gate = configuration.gates[0]
-        #expect(gate.on == .enter && gate.cooldownS == 300 && gate.maxAgeS == 60 && gate.motion == .automotive)
-        #expect(gate.webhook.method == "POST" && gate.webhook.timeoutS == 5 && gate.webhook.retries == 8 && gate.webhook.body == Webhook.defaultBody)
+        #expect(gate.on == .enter && gate.cooldownS == 300 && gate.maxAgeS == 120 && gate.motion == .automotive)
+        #expect(gate.webhook.method == "POST" && gate.webhook.timeoutS == 5 && gate.webhook.retries == 100 && gate.webhook.body == Webhook.defaultBody)
         try configuration.validate()
         let again = try JSONDecoder().decode(GeofenceConfiguration.self, from: try JSONEncoder().encode(configuration))
         #expect(again == configuration)

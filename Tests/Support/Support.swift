@@ -142,7 +142,9 @@ public final class WebhookReceiver: @unchecked Sendable {
     private var statuses: [Int?]
     private var stopped = false
 
-    public init(statuses: [Int?] = [200]) throws {
+    /// - Parameter port: 0 for any free port; a given port lets a test bring a receiver back
+    ///   where the old one was.
+    public init(statuses: [Int?] = [200], port fixedPort: Int = 0) throws {
         self.statuses = statuses
         let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         self.listener = listener
@@ -151,8 +153,13 @@ public final class WebhookReceiver: @unchecked Sendable {
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        address.sin_port = UInt16(fixedPort).bigEndian
         var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        let bound = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) } }
+        guard bound == 0 else {
+            close(listener)
+            throw POSIXError(.EADDRINUSE)
+        }
         _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) } }
         port = Int(UInt16(bigEndian: address.sin_port))
         listen(listener, 64)

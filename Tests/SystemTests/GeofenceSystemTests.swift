@@ -3,6 +3,7 @@ import DrivebusConfiguration
 import DrivebusKit
 import DrivebusTestSupport
 import Foundation
+import GRDB
 import Testing
 
 /// The real bus, ingest and geofence, a real HTTP receiver for the gate.
@@ -15,6 +16,10 @@ struct GateHarness {
     let processes: [Child]
 
     init(receiver: WebhookReceiver, retries: Int = 3) async throws {
+        try await self.init(receiverURL: receiver.url, retries: retries)
+    }
+
+    init(receiverURL: String, retries: Int = 100, yardMaxAgeS: Double = 120) async throws {
         let port = freePort()
         let yaml = """
             state_dir: \(dir.path)/state
@@ -29,17 +34,18 @@ struct GateHarness {
                 zone: gate
                 devices: [car]
                 cooldown_s: 300
-                max_age_s: 60
+                max_age_s: 120
                 webhook:
-                  url: \(receiver.url)
-                  headers: {X-Api-Key: key-123}
+                  url: "\(receiverURL)?key=url-secret-4e1d90"
+                  headers: {X-Api-Key: api-key-7f3a9c21, Authorization: "Bearer bearer-secret-5b82e7"}
                   body: '{"gate":"{{gate}}","device":"{{device}}","time":"{{time}}"}'
                   secret: hmac-secret-xyz
                   timeout_s: 2
                   retries: \(retries)
               - id: yard-gate
                 zone: yard
-                webhook: {url: "\(receiver.url)"}
+                max_age_s: \(yardMaxAgeS)
+                webhook: {url: "\(receiverURL)"}
             """
         path = dir.file("drivebus.yaml", yaml)
         config = try DrivebusConfig.parse(yaml: yaml)
@@ -98,10 +104,11 @@ struct GateHarness {
         let call = try #require(receiver.received.first)
         let seq = try #require(enter?.seq)
         #expect(enter?.zone == "gate")
-        #expect(call.method == "POST" && call.path == "/open")
+        #expect(call.method == "POST" && call.path == "/open?key=url-secret-4e1d90")
         #expect(call.body == #"{"gate":"main-gate","device":"car","time":"\#(RFC3339.format(enter!.time))"}"#)
         #expect(call.headers["idempotency-key"] == "main-gate:car:\(seq)")
-        #expect(call.headers["x-api-key"] == "key-123")
+        #expect(call.headers["x-api-key"] == "api-key-7f3a9c21")
+        #expect(call.headers["authorization"] == "Bearer bearer-secret-5b82e7")
         let mac = HMAC<SHA256>.authenticationCode(for: Data(call.body.utf8), using: SymmetricKey(data: Data("hmac-secret-xyz".utf8)))
         #expect(call.headers["x-drivebus-signature"] == "sha256=" + mac.map { String(format: "%02x", $0) }.joined())
         #expect(fired?.status == 200 && fired?.attempts == 1 && fired?.seq == seq)
@@ -125,6 +132,19 @@ struct GateHarness {
         await client.shutdown()
         try await harness.stop()
         receiver.stop()
+
+        // No secret at rest: not the device tokens, the URL's key, the headers or the HMAC secret,
+        // in any file under the state directory (journal, event journals, checkpoints, outbox).
+        let secrets = ["car-token-0123456789", "van-token-0123456789", "url-secret-4e1d90", "api-key-7f3a9c21", "bearer-secret-5b82e7", "hmac-secret-xyz"]
+        let files = try #require(FileManager.default.subpaths(atPath: harness.config.stateDir))
+        var read = 0
+        for file in files {
+            let path = harness.config.stateDir + "/" + file
+            guard let data = FileManager.default.contents(atPath: path) else { continue }
+            read += 1
+            for secret in secrets { #expect(data.firstRange(of: Data(secret.utf8)) == nil, "\(secret) is in \(file)") }
+        }
+        #expect(read >= 5, "state files read: \(files)")
     }
 
     @Test func failuresAreRetriedWithOneIdempotencyKey() async throws {
@@ -140,10 +160,10 @@ struct GateHarness {
         let calls = receiver.received
         #expect(calls.count == 3)
         #expect(Set(calls.compactMap { $0.headers["idempotency-key"] }).count == 1)
-        // Backoff: 0.5 s, then 1 s.
+        // Backoff: 0.25 s, then 0.5 s (doubling to a 2 s cap).
         if calls.count == 3 {
-            #expect(calls[1].at.timeIntervalSince(calls[0].at) >= 0.45)
-            #expect(calls[2].at.timeIntervalSince(calls[1].at) >= 0.95)
+            #expect(calls[1].at.timeIntervalSince(calls[0].at) >= 0.22)
+            #expect(calls[2].at.timeIntervalSince(calls[1].at) >= 0.47)
         }
         #expect(outbox.first?["state"] as? String == "delivered")
         #expect(outbox.first?["attempts"] as? Int == 3)
@@ -175,6 +195,88 @@ struct GateHarness {
         restarted.signal(SIGTERM)
         #expect(try await restarted.exitStatus() == 0)
         try await harness.stop()
+        receiver.stop()
+    }
+
+    @Test func aReceiverDownForAMinuteGetsItsPendingCallWithinFiveSecondsOfItsReturnAndStaleOnesAreDeadLettered() async throws {
+        // Nothing listens on the receiver's port: every attempt is refused.
+        let port = freePort()
+        let harness = try await GateHarness(receiverURL: "http://127.0.0.1:\(port)/open", yardMaxAgeS: 30)
+        let outage = ContinuousClock.now
+        _ = try await harness.drive(to: (48.2, 16.37), from: 200, through: 0, endAgo: 1)
+        _ = try await harness.drive(to: (48.3, 16.37), from: 200, through: 0, endAgo: 1, token: "van-token-0123456789")
+        #expect(await eventually(within: .seconds(10)) {
+            let calls = (try? await harness.outbox()) ?? []
+            return calls.count == 2 && calls.allSatisfy { ($0["attempts"] as? Int ?? 0) >= 2 }
+        }, "both calls are in the outbox and being retried")
+        // The outage is the scenario: a minute without a receiver.
+        try await Task.sleep(until: outage + .seconds(60))
+        let receiver = try WebhookReceiver(statuses: [200], port: port)
+        let back = Date()
+        #expect(await eventually(within: .seconds(10)) { receiver.received.count == 1 })
+        let call = try #require(receiver.received.first)
+        #expect(call.at.timeIntervalSince(back) <= 5, "delivered \(call.at.timeIntervalSince(back)) s after the receiver came back")
+        #expect(call.headers["idempotency-key"]?.hasPrefix("main-gate:car:") == true)
+        var calls: [[String: Any]] = []
+        #expect(await eventually(within: .seconds(10)) {
+            calls = (try? await harness.outbox()) ?? []
+            return Set(calls.compactMap { $0["state"] as? String }) == ["delivered", "expired"]
+        })
+        // The yard gate's call, older than its max_age_s of 30 s, was never sent: dead-lettered,
+        // with a gate.expired event in the service's event journal.
+        let expired = try #require(calls.first { $0["state"] as? String == "expired" })
+        #expect(expired["gate"] as? String == "yard-gate")
+        let client = BusClient(settings: harness.config.process, name: "test-dead-letters")
+        let deadLetters = try await client.loop.request(
+            ZMQEndpoint(harness.config.layout.rpcEndpoint(.geofence)), body: Array(#"{"op":"dead_letters"}"#.utf8), timeout: .seconds(3))
+        #expect(String(decoding: deadLetters, as: UTF8.self).contains(#""gate":"yard-gate""#))
+        let journal = try await client.loop.request(
+            ZMQEndpoint(harness.config.layout.rpcEndpoint(.geofence)), body: Array(#"{"op":"events","from_seq":1}"#.utf8), timeout: .seconds(3))
+        #expect(String(decoding: journal, as: UTF8.self).contains(#""type":"gate.expired","device":"van""#))
+        await client.shutdown()
+        // Each call once: the receiver saw one request, and the outbox holds one delivered row.
+        #expect(receiver.received.count == 1)
+        try await harness.stop()
+        receiver.stop()
+    }
+
+    @Test func anOutboxWriteThatFailsOnceLosesNoGateCall() async throws {
+        let receiver = try WebhookReceiver(statuses: [200])
+        let harness = try await GateHarness(receiver: receiver)
+        // Another process holds the outbox's write lock (a backup tool, a stuck writer): geofence's
+        // write fails, so it must not checkpoint past the step, and stops.
+        let outboxPath = harness.config.layout.dataDir + "/outbox.sqlite"
+        let holder = try DatabaseQueue(path: outboxPath)
+        let release = DispatchSemaphore(value: 0)
+        await withCheckedContinuation { (held: CheckedContinuation<Void, Never>) in
+            // A thread of its own holds the transaction open until released.
+            Thread {
+                try? holder.inTransaction(.immediate) { _ in
+                    held.resume()
+                    release.wait()
+                    return .commit
+                }
+            }.start()
+        }
+        _ = try await harness.drive(to: (48.2, 16.37), from: 200, through: 0, endAgo: 1)
+        #expect(try await harness.processes[2].exitStatus(within: .seconds(20)) == 1, "geofence stops when its outbox cannot be written")
+        #expect(receiver.received.isEmpty)
+        release.signal()
+        _ = try await holder.read { _ in }  // the transaction is over once the queue is free
+        try holder.close()
+        // The supervisor restarts it; the journal replays the step, which asks for the call again.
+        let restarted = try Child("drivebus-geofence", ["--config", harness.path])
+        #expect(await eventually(within: .seconds(15)) { receiver.received.count == 1 })
+        var outbox: [[String: Any]] = []
+        #expect(await eventually(within: .seconds(10)) {
+            outbox = (try? await harness.outbox()) ?? []
+            return outbox.first?["state"] as? String == "delivered"
+        })
+        #expect(outbox.count == 1 && receiver.received.count == 1)
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.exitStatus() == 0)
+        for child in harness.processes.prefix(2).reversed() { child.signal(SIGTERM) }
+        for child in harness.processes.prefix(2) { _ = try await child.exitStatus() }
         receiver.stop()
     }
 }

@@ -5,8 +5,10 @@ import Logging
 import ServiceLifecycle
 import Synchronization
 
-/// Delivers gate calls from the outbox: every due call is attempted, retried with backoff on
-/// network errors, timeouts, 5xx and 429, and never sent again once it succeeded.
+/// Delivers gate calls from the outbox: every due call is attempted, retried with a short backoff
+/// on network errors, timeouts, 5xx and 429 until it is delivered, refused (another 4xx) or too old
+/// to be worth anything (`max_age_s`: dead-lettered as expired), and never sent again once it
+/// succeeded.
 final class GateDelivery: Service, Sendable {
     private let context: ServiceContext
     private let outbox: Outbox
@@ -26,9 +28,19 @@ final class GateDelivery: Service, Sendable {
         self.sender = sender
     }
 
+    /// An outbox write that failed even when retried: the step that asked for the call must not
+    /// count as done.
+    struct OutboxUnavailable: Error, CustomStringConvertible {
+        let call: String
+        let underlying: any Error
+        var description: String { "gate call \(call) could not be written to the outbox: \(underlying)" }
+    }
+
     /// Turns the engine's outputs into bus events, and writes gate calls to the outbox before
-    /// anything is sent. Runs under the consumer's lock, in journal order.
-    func route(_ outputs: [GeofenceOutput]) -> [DerivedEvent] {
+    /// anything is sent. Runs under the consumer's lock, in journal order. A write that fails
+    /// three times over half a second throws: the consumer then stops without checkpointing, the
+    /// supervisor restarts the service, and the journal replays the step, which asks again.
+    func route(_ outputs: [GeofenceOutput]) throws -> [DerivedEvent] {
         var events: [DerivedEvent] = []
         for output in outputs {
             switch output {
@@ -40,14 +52,21 @@ final class GateDelivery: Service, Sendable {
                 let now = Date()
                 let entry = OutboxEntry(
                     key: call.idempotencyKey, gate: call.gate, device: call.device, zone: call.zone, fixSeq: Int64(call.fixSeq ?? 0),
-                    fixTime: call.time, url: call.url, method: call.method,
-                    headers: String(decoding: (try? JSONEncoder().encode(call.headers)) ?? Data("{}".utf8), as: UTF8.self),
+                    fixTime: call.time, values: String(decoding: (try? JSONEncoder().encode(call.values)) ?? Data("{}".utf8), as: UTF8.self),
                     body: call.body, createdAt: now, attempts: 0, nextAttemptAt: now, state: .pending)
-                do {
-                    if try outbox.add(entry) { wake.yield() }
-                } catch {
-                    context.logger.error("gate \(call.gate) call for fix \(call.fixSeq ?? 0) not written to the outbox: \(error)")
+                var failure: (any Error)?
+                for pause in [0, 100_000, 400_000] as [useconds_t] {
+                    if pause > 0 { usleep(pause) }  // only on the failure path
+                    do {
+                        if try outbox.add(entry) { wake.yield() }
+                        failure = nil
+                        break
+                    } catch {
+                        failure = error
+                        context.logger.warning("outbox write failed for gate \(call.gate), retrying: \(error)")
+                    }
                 }
+                if let failure { throw OutboxUnavailable(call: call.idempotencyKey, underlying: failure) }
             }
         }
         return events
@@ -76,6 +95,7 @@ final class GateDelivery: Service, Sendable {
             // In-flight attempts are left to finish (each is bounded by its timeout): cancelling
             // one the gate already received would send it again at the next start.
         }
+        try await sender.client.shutdown()
     }
 
     private func attempt(_ entry: OutboxEntry) async {
@@ -88,15 +108,15 @@ final class GateDelivery: Service, Sendable {
             await finish(entry, state: .delivered, status: entry.lastStatus, error: nil)
             return
         }
-        // A gate must not open long after the arrival that asked for it: retries and calls left
-        // over from an earlier run expire with the fix's max_age_s.
+        // A gate must not open long after the arrival that asked for it: a call older than
+        // max_age_s is not sent but dead-lettered.
         if Date().timeIntervalSince(entry.fixTime) > gate.maxAgeS {
-            await finish(entry, state: .failed, status: entry.lastStatus, error: "expired: the fix is older than max_age_s (\(Int(gate.maxAgeS)) s)")
+            await finish(entry, state: .expired, status: entry.lastStatus, error: "expired: the fix is older than max_age_s (\(Int(gate.maxAgeS)) s)")
             return
         }
         var entry = entry
         entry.attempts += 1
-        let result = await sender.attempt(entry, secret: gate.webhook.secret, timeout: gate.webhook.timeoutS)
+        let result = await sender.attempt(entry, webhook: gate.webhook)
         switch result {
         case .delivered(let status):
             delivered.withLock { _ = $0.insert(entry.key) }
@@ -137,18 +157,22 @@ final class GateDelivery: Service, Sendable {
         }
         let seq = entry.fixSeq > 0 ? UInt64(entry.fixSeq) : nil
         do {
-            if state == .delivered {
+            switch state {
+            case .delivered:
                 let fired = GateFired(
                     gate: entry.gate, device: entry.device, zone: entry.zone, seq: seq, idempotencyKey: entry.key,
                     status: status ?? 0, latencyMs: entry.latencyMs ?? 0, attempts: entry.attempts, time: entry.finishedAt!)
                 try await events.publish([DerivedEvent(type: "gate.fired", device: entry.device, id: "gate.fired:\(entry.key)", payload: fired)])
                 context.logger.info("gate \(entry.gate) opened for \(entry.device)", metadata: ["status": "\(status ?? 0)", "attempts": "\(entry.attempts)"])
-            } else {
+            case .failed, .expired:
+                let type = state == .expired ? "gate.expired" : "gate.failed"
                 let failed = GateFailed(
                     gate: entry.gate, device: entry.device, zone: entry.zone, seq: seq, idempotencyKey: entry.key,
                     status: status, error: error ?? "failed", attempts: entry.attempts, time: entry.finishedAt!)
-                try await events.publish([DerivedEvent(type: "gate.failed", device: entry.device, id: "gate.failed:\(entry.key)", payload: failed)])
-                context.logger.warning("gate \(entry.gate) call for \(entry.device) failed after \(entry.attempts) attempts: \(error ?? "")")
+                try await events.publish([DerivedEvent(type: type, device: entry.device, id: "\(type):\(entry.key)", payload: failed)])
+                context.logger.warning("gate \(entry.gate) call for \(entry.device) dead-lettered after \(entry.attempts) attempts: \(error ?? "")")
+            case .pending:
+                break
             }
         } catch {
             context.logger.error("gate event not published: \(error)")
@@ -158,19 +182,42 @@ final class GateDelivery: Service, Sendable {
     /// The `outbox` RPC: every call with its state, for `drivebus status` and tests. No secrets
     /// and no headers are in it.
     static func outboxReply(_ outbox: Outbox) async -> [UInt8] {
-        struct Row: Codable, Sendable {
-            let key, gate, device, state: String
-            let attempts: Int
-            let lastStatus: Int?
-            enum CodingKeys: String, CodingKey {
-                case key, gate, device, state, attempts
-                case lastStatus = "last_status"
-            }
-        }
-        struct Reply: Codable, Sendable { let calls: [Row] }
-        let rows = ((try? await outbox.all()) ?? []).map {
-            Row(key: $0.key, gate: $0.gate, device: $0.device, state: $0.state.rawValue, attempts: $0.attempts, lastStatus: $0.lastStatus)
-        }
-        return (try? BusJSON.encode(RPCReply.success(Reply(calls: rows)))) ?? []
+        let rows = ((try? await outbox.all()) ?? []).map(OutboxCall.init)
+        return (try? BusJSON.encode(RPCReply.success(OutboxCall.Reply(calls: rows)))) ?? []
     }
+
+    /// The `dead_letters` RPC: the calls given up on, for `drivebus status`.
+    static func deadLettersReply(_ outbox: Outbox) async -> [UInt8] {
+        let rows = ((try? await outbox.deadLetters()) ?? []).map(OutboxCall.init)
+        return (try? BusJSON.encode(RPCReply.success(OutboxCall.Reply(calls: rows)))) ?? []
+    }
+}
+
+/// A call as the `outbox` and `dead_letters` RPCs show it. No secrets and no headers are in it.
+struct OutboxCall: Codable, Sendable {
+    let key, gate, device, state: String
+    let attempts: Int
+    let lastStatus: Int?
+    let lastError: String?
+    let finishedAt: Date?
+
+    enum CodingKeys: String, CodingKey {
+        case key, gate, device, state, attempts
+        case lastStatus = "last_status"
+        case lastError = "last_error"
+        case finishedAt = "finished_at"
+    }
+
+    init(_ entry: OutboxEntry) {
+        key = entry.key
+        gate = entry.gate
+        device = entry.device
+        state = entry.state.rawValue
+        attempts = entry.attempts
+        lastStatus = entry.lastStatus
+        lastError = entry.lastError
+        finishedAt = entry.finishedAt
+    }
+
+    struct Reply: Codable, Sendable { let calls: [OutboxCall] }
 }

@@ -4,10 +4,14 @@ import GRDB
 /// A webhook call waiting to be made, or made. The row is written before the first attempt, so a
 /// crash never loses a gate opening, and it is keyed by the idempotency key (gate + triggering
 /// fix), so nothing can put the same opening in twice.
+///
+/// No secret is at rest here: the row holds the gate's id, the body and the template values; the
+/// URL, method and headers (an API key, a bearer token) come from the configuration at send time.
 struct OutboxEntry: Codable, Sendable, Equatable, FetchableRecord, PersistableRecord {
     static let databaseTableName = "outbox"
 
-    enum State: String, Codable, Sendable { case pending, delivered, failed }
+    /// `failed` and `expired` are the dead letters: given up on, visible in `drivebus status`.
+    enum State: String, Codable, Sendable { case pending, delivered, failed, expired }
 
     var key: String
     var gate: String
@@ -15,10 +19,8 @@ struct OutboxEntry: Codable, Sendable, Equatable, FetchableRecord, PersistableRe
     var zone: String
     var fixSeq: Int64
     var fixTime: Date
-    var url: String
-    var method: String
-    /// JSON object of extra headers. The secret is not stored: it is looked up by gate at send time.
-    var headers: String
+    /// `GateValues` as JSON: what the URL template is filled with at send time.
+    var values: String
     var body: String
     var createdAt: Date
     var attempts: Int
@@ -37,6 +39,8 @@ final class Outbox: Sendable {
     init(path: String) throws {
         var configuration = Configuration()
         configuration.journalMode = .wal
+        // Deleted content is overwritten, so no URL or header from before v2 lingers in free pages.
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
         database = try DatabaseQueue(path: path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
@@ -61,7 +65,26 @@ final class Outbox: Sendable {
                 table.column("latencyMs", .double)
             }
         }
+        migrator.registerMigration("v2-no-secrets") { db in
+            // URL and headers were stored before: a gate's API key at rest. They go; a call still
+            // pending renders its URL from today's config with the values the row has.
+            try db.execute(sql: """
+                CREATE TABLE outbox_v2 (
+                    key TEXT PRIMARY KEY NOT NULL, gate TEXT NOT NULL, device TEXT NOT NULL, zone TEXT NOT NULL,
+                    fixSeq INTEGER NOT NULL, fixTime DATETIME NOT NULL, "values" TEXT NOT NULL, body TEXT NOT NULL,
+                    createdAt DATETIME NOT NULL, attempts INTEGER NOT NULL, nextAttemptAt DATETIME NOT NULL, state TEXT NOT NULL,
+                    lastStatus INTEGER, lastError TEXT, finishedAt DATETIME, latencyMs DOUBLE);
+                INSERT INTO outbox_v2 SELECT key, gate, device, zone, fixSeq, fixTime,
+                    json_object('gate', gate, 'device', device, 'zone', zone, 'time', strftime('%Y-%m-%dT%H:%M:%fZ', fixTime), 'lat', 0, 'lon', 0),
+                    body, createdAt, attempts, nextAttemptAt, state, lastStatus, lastError, finishedAt, latencyMs FROM outbox;
+                DROP TABLE outbox;
+                ALTER TABLE outbox_v2 RENAME TO outbox;
+                CREATE INDEX outbox_on_nextAttemptAt ON outbox(nextAttemptAt);
+                """)
+        }
+        let migrated = try database.read { db in try !migrator.hasCompletedMigrations(db) }
         try migrator.migrate(database)
+        if migrated { try database.vacuum() }
     }
 
     /// Adds `entry` unless its key is already there. Returns whether it was added.
@@ -90,6 +113,14 @@ final class Outbox: Sendable {
 
     func update(_ entry: OutboxEntry) async throws {
         try await database.write { db in try entry.update(db) }
+    }
+
+    /// Calls given up on: failed or expired.
+    func deadLetters() async throws -> [OutboxEntry] {
+        try await database.read { db in
+            try OutboxEntry.filter([OutboxEntry.State.failed.rawValue, OutboxEntry.State.expired.rawValue].contains(Column("state")))
+                .order(Column("createdAt")).fetchAll(db)
+        }
     }
 
     func all() async throws -> [OutboxEntry] {

@@ -1,4 +1,6 @@
 import AsyncHTTPClient
+import DrivebusSchema
+import GeofenceCore
 import Crypto
 import Foundation
 import NIOCore
@@ -13,9 +15,20 @@ enum AttemptResult: Sendable, Equatable {
     case rejected(status: Int)
 }
 
-/// Makes webhook calls with AsyncHTTPClient. Secrets sign the body and are never logged.
+/// Makes webhook calls with a client of its own. Secrets sign the body and are never logged.
+///
+/// The shared client retries connection establishment after a refusal on its own, stacked on our
+/// backoff: a receiver that came back waited for both. This one tries once per attempt, with a
+/// short connect timeout, and our backoff decides when to try again.
 struct WebhookSender: Sendable {
     let client: HTTPClient
+
+    static func makeClient() -> HTTPClient {
+        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+        configuration.connectionPool.retryConnectionEstablishment = false
+        configuration.timeout.connect = .seconds(2)
+        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    }
 
     /// `X-Drivebus-Signature: sha256=<hex>` of the exact body, when the gate has a secret.
     static func signature(body: String, secret: String) -> String {
@@ -31,27 +44,31 @@ struct WebhookSender: Sendable {
         }
     }
 
-    /// Exponential backoff: 0.5 s, doubling, capped at 60 s.
-    static func backoff(afterAttempt attempt: Int) -> TimeInterval {
-        min(0.5 * pow(2, Double(max(0, attempt - 1))), 60)
+    /// Exponential backoff: 0.25 s, doubling, capped at `cap`. A gate's cap is short (2 s): a gate
+    /// call is worth something only for `max_age_s`, and a receiver that comes back should get it
+    /// at once.
+    static func backoff(afterAttempt attempt: Int, cap: TimeInterval = 2) -> TimeInterval {
+        min(0.25 * pow(2, Double(min(max(0, attempt - 1), 20))), cap)
     }
 
-    func attempt(_ entry: OutboxEntry, secret: String?, timeout: TimeInterval) async -> AttemptResult {
-        var request = HTTPClientRequest(url: entry.url)
-        request.method = HTTPMethod(rawValue: entry.method)
-        let extra = (try? JSONDecoder().decode([String: String].self, from: Data(entry.headers.utf8))) ?? [:]
-        for (name, value) in extra.sorted(by: { $0.key < $1.key }) { request.headers.add(name: name, value: value) }
+    /// One attempt at `entry`, with the URL, method and headers from `webhook` (the config).
+    func attempt(_ entry: OutboxEntry, webhook: Webhook) async -> AttemptResult {
+        let values = (try? JSONDecoder().decode(GateValues.self, from: Data(entry.values.utf8)))
+            ?? GateValues(gate: entry.gate, device: entry.device, zone: entry.zone, time: RFC3339.format(entry.fixTime), lat: 0, lon: 0, speedMps: nil)
+        var request = HTTPClientRequest(url: webhook.url(for: values))
+        request.method = HTTPMethod(rawValue: webhook.method)
+        for (name, value) in webhook.headers.sorted(by: { $0.key < $1.key }) { request.headers.add(name: name, value: value) }
         if !request.headers.contains(name: "Content-Type") { request.headers.add(name: "Content-Type", value: "application/json") }
         request.headers.replaceOrAdd(name: "Idempotency-Key", value: entry.key)
         request.headers.replaceOrAdd(name: "User-Agent", value: "drivebus-geofence")
-        if let secret, !secret.isEmpty {
+        if let secret = webhook.secret, !secret.isEmpty {
             request.headers.replaceOrAdd(name: "X-Drivebus-Signature", value: Self.signature(body: entry.body, secret: secret))
         }
-        if entry.method != "GET" && entry.method != "HEAD" {
+        if webhook.method != "GET" && webhook.method != "HEAD" {
             request.body = .bytes(ByteBuffer(string: entry.body))
         }
         do {
-            let response = try await client.execute(request, timeout: .milliseconds(Int64(timeout * 1000)))
+            let response = try await client.execute(request, timeout: .milliseconds(Int64(webhook.timeoutS * 1000)))
             _ = try? await response.body.collect(upTo: 64 * 1024)
             return Self.classify(status: Int(response.status.code))
         } catch {

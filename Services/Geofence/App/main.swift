@@ -8,21 +8,27 @@ await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { contex
     let configuration = config.geofence
     let outbox = try Outbox(path: config.layout.dataDir + "/outbox.sqlite")
     let events = try EventLog(context: context)
-    let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender(client: .shared))
+    let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender(client: WebhookSender.makeClient()))
     let consumer = try JournalConsumer(
         context: context,
         initial: GeofenceEngine(configuration: configuration), events: events,
         decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
-        apply: { engine, message, live in
+        apply: { engine, message, _ in
             let input: GeofenceInput
             switch message.decoded {
-            case .fix(let fix)?: input = .fix(fix, live: live)
+            // A fix opens a gate only if it is recent (max_age_s, checked by the engine) and came
+            // from a phone, not an import. Whether it arrived live or by replay does not matter:
+            // after a crash the step is redone, and the outbox key keeps the call to one.
+            case .fix(let fix)?: input = .fix(fix, live: fix.source != .import)
             case .motion(let sample)?: input = .motion(sample)
             default: return []
             }
-            return delivery.route(engine.handle(input, now: Date()))
+            return try delivery.route(engine.handle(input, now: Date()))
         },
-        tick: { engine, now in delivery.route(engine.handle(.tick(now: now), now: now)) }
+        tick: { engine, now in try delivery.route(engine.handle(.tick(now: now), now: now)) }
     )
-    return ServiceParts(consumer: consumer, services: [delivery], rpc: ["outbox": { _ in await GateDelivery.outboxReply(outbox) }])
+    return ServiceParts(consumer: consumer, services: [delivery], rpc: [
+        "outbox": { _ in await GateDelivery.outboxReply(outbox) },
+        "dead_letters": { _ in await GateDelivery.deadLettersReply(outbox) },
+    ])
 }

@@ -21,7 +21,7 @@ public struct Webhook: Sendable, Equatable, Codable {
 
     public static let defaultBody = #"{"gate":"{{gate}}","device":"{{device}}","zone":"{{zone}}","time":"{{time}}","lat":{{lat}},"lon":{{lon}}}"#
 
-    public init(url: String, method: String = "POST", headers: [String: String] = [:], body: String = Webhook.defaultBody, secret: String? = nil, timeoutS: Double = 5, retries: Int = 8) {
+    public init(url: String, method: String = "POST", headers: [String: String] = [:], body: String = Webhook.defaultBody, secret: String? = nil, timeoutS: Double = 5, retries: Int = 100) {
         self.url = url
         self.method = method
         self.headers = headers
@@ -45,7 +45,7 @@ public struct Webhook: Sendable, Equatable, Codable {
             body: try c.decodeIfPresent(String.self, forKey: .body) ?? Webhook.defaultBody,
             secret: try c.decodeIfPresent(String.self, forKey: .secret),
             timeoutS: try c.decodeIfPresent(Double.self, forKey: .timeoutS) ?? 5,
-            retries: try c.decodeIfPresent(Int.self, forKey: .retries) ?? 8)
+            retries: try c.decodeIfPresent(Int.self, forKey: .retries) ?? 100)
     }
 }
 
@@ -87,7 +87,7 @@ public struct Gate: Sendable, Equatable, Codable {
 
     public init(
         id: String, zone: String, devices: [String]? = nil, on: Trigger = .enter, minSpeedMps: Double? = nil,
-        motion: MotionSample.Activity? = nil, cooldownS: Double = 300, maxAgeS: Double = 60, webhook: Webhook
+        motion: MotionSample.Activity? = nil, cooldownS: Double = 300, maxAgeS: Double = 120, webhook: Webhook
     ) {
         self.id = id
         self.zone = zone
@@ -117,7 +117,7 @@ public struct Gate: Sendable, Equatable, Codable {
             minSpeedMps: try c.decodeIfPresent(Double.self, forKey: .minSpeedMps),
             motion: try c.decodeIfPresent(MotionSample.Activity.self, forKey: .motion),
             cooldownS: try c.decodeIfPresent(Double.self, forKey: .cooldownS) ?? 300,
-            maxAgeS: try c.decodeIfPresent(Double.self, forKey: .maxAgeS) ?? 60,
+            maxAgeS: try c.decodeIfPresent(Double.self, forKey: .maxAgeS) ?? 120,
             webhook: try c.decode(Webhook.self, forKey: .webhook))
     }
 }

@@ -28,8 +28,13 @@ public struct GateCall: Sendable, Equatable, Codable {
     public var body: String
     /// The triggering fix's time.
     public var time: Date
+    /// What the templates were filled with.
+    public var values: GateValues
 
-    public init(gate: String, device: String, zone: String, fixSeq: UInt64?, idempotencyKey: String, url: String, method: String, headers: [String: String], body: String, time: Date) {
+    public init(
+        gate: String, device: String, zone: String, fixSeq: UInt64?, idempotencyKey: String, url: String, method: String, headers: [String: String],
+        body: String, time: Date, values: GateValues
+    ) {
         self.gate = gate
         self.device = device
         self.zone = zone
@@ -40,10 +45,11 @@ public struct GateCall: Sendable, Equatable, Codable {
         self.headers = headers
         self.body = body
         self.time = time
+        self.values = values
     }
 
     enum CodingKeys: String, CodingKey {
-        case gate, device, zone, url, method, headers, body, time
+        case gate, device, zone, url, method, headers, body, time, values
         case fixSeq = "fix_seq"
         case idempotencyKey = "idempotency_key"
     }
@@ -257,7 +263,7 @@ public struct GeofenceEngine: Sendable, Codable {
             gate: gate.id, device: fix.device, zone: model.zones[zone].id, fixSeq: fix.seq,
             idempotencyKey: "\(gate.id):\(fix.device):\(Self.fixKey(seq: fix.seq, time: time))",
             url: compiled.url.render(values, mode: .url), method: compiled.method, headers: compiled.headers,
-            body: compiled.body.render(values, mode: compiled.bodyMode), time: fix.time)
+            body: compiled.body.render(values, mode: compiled.bodyMode), time: fix.time, values: values)
     }
 
     /// The reported speed, else the speed from the previous fix.

@@ -19,15 +19,7 @@ struct Template: Sendable, Equatable {
         case plain
     }
 
-    struct Values {
-        var gate: String
-        var device: String
-        var zone: String
-        var time: String
-        var lat: Double
-        var lon: Double
-        var speedMps: Double?
-    }
+    typealias Values = GateValues
 
     private enum Part: Sendable, Equatable {
         case literal(String)
@@ -138,5 +130,39 @@ struct Template: Sendable, Equatable {
         }
         let first = body.unicodeScalars.first { !CharacterSet.whitespacesAndNewlines.contains($0) }
         return first == "{" || first == "[" ? .json : .plain
+    }
+}
+
+/// The values a gate call's templates are filled with. Nothing secret: the outbox keeps them, and
+/// renders the URL (which may hold a key) from the configuration at send time.
+public struct GateValues: Sendable, Equatable, Codable {
+    public var gate: String
+    public var device: String
+    public var zone: String
+    public var time: String
+    public var lat: Double
+    public var lon: Double
+    public var speedMps: Double?
+
+    public init(gate: String, device: String, zone: String, time: String, lat: Double, lon: Double, speedMps: Double?) {
+        self.gate = gate
+        self.device = device
+        self.zone = zone
+        self.time = time
+        self.lat = lat
+        self.lon = lon
+        self.speedMps = speedMps
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case gate, device, zone, time, lat, lon
+        case speedMps = "speed_mps"
+    }
+}
+
+extension Webhook {
+    /// The URL for a call with `values`, its template fields percent-encoded.
+    public func url(for values: GateValues) -> String {
+        Template(url).render(values, mode: .url)
     }
 }

@@ -51,6 +51,9 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
             return json(try await store.tripJSON(id: try pathParameter("id", context)))
         }
     }
+    router.get("/api/v1/gates/dead-letters") { request, context in
+        await respond(context) { json(try await store.deadLettersJSON(try query(request))) }
+    }
     router.get("/api/v1/stats/daily") { request, context in
         await respond(context) { json(try await store.periodsJSON(.day, try query(request))) }
     }

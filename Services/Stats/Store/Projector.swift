@@ -138,7 +138,7 @@ enum Projector {
                     p.string("event") ?? String(event.type.dropFirst("geofence.".count)),
                     try p.timeMs("time", default: event.time), p.double("lat"), p.double("lon"), p.int("seq"), p.double("dwell_s"),
                 ])
-        case "gate.fired", "gate.failed":
+        case "gate.fired", "gate.failed", "gate.expired":
             let p = try payload(event)
             try db.execute(sql: """
                 INSERT OR IGNORE INTO gate_calls (id, outcome, gate, device, zone, seq, idempotency_key, status, latency_ms, attempts, error, time_ms)
