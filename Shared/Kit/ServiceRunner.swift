@@ -28,15 +28,18 @@ public struct ServiceParts: Sendable {
     public var lastSeq: @Sendable () -> [String: UInt64]
     /// False while the service is still catching up: `health` then says `starting`.
     public var ready: @Sendable () -> Bool
+    /// What the service counts, for the heartbeat (and so `/metrics`).
+    public var counters: @Sendable () -> [String: UInt64]
 
     public init(
         services: [any Service] = [], rpc: [String: RPCHandler] = [:], lastSeq: @escaping @Sendable () -> [String: UInt64] = { [:] },
-        ready: @escaping @Sendable () -> Bool = { true }
+        ready: @escaping @Sendable () -> Bool = { true }, counters: @escaping @Sendable () -> [String: UInt64] = { [:] }
     ) {
         self.services = services
         self.rpc = rpc
         self.lastSeq = lastSeq
         self.ready = ready
+        self.counters = counters
     }
 
     /// A service built around a journal consumer: its seqs and readiness are the consumer's, and
@@ -130,7 +133,7 @@ public enum ServiceRunner {
         let (requests, rpcSocket) = try await bus.loop.serveRequests(rpcEndpoint)
         let context = ServiceContext(name: name, settings: config, logger: logger, bus: bus, publisher: publisher)
         let parts = try await build(context)
-        let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq, ready: parts.ready)
+        let status = ServiceStatus(name: name, publisher: publisher, lastSeq: parts.lastSeq, ready: parts.ready, counters: parts.counters)
 
         var handlers = parts.rpc
         handlers["health"] = { _ in RPC.encode(RPCReply.success(status.health())) }
@@ -171,14 +174,19 @@ struct ServiceStatus: Sendable {
     let publisher: Publisher
     let lastSeq: @Sendable () -> [String: UInt64]
     let ready: @Sendable () -> Bool
+    let counters: @Sendable () -> [String: UInt64]
     let startedAt = Date()
     private let started = ContinuousClock.now
 
-    init(name: ServiceName, publisher: Publisher, lastSeq: @escaping @Sendable () -> [String: UInt64], ready: @escaping @Sendable () -> Bool) {
+    init(
+        name: ServiceName, publisher: Publisher, lastSeq: @escaping @Sendable () -> [String: UInt64], ready: @escaping @Sendable () -> Bool,
+        counters: @escaping @Sendable () -> [String: UInt64]
+    ) {
         self.name = name
         self.publisher = publisher
         self.lastSeq = lastSeq
         self.ready = ready
+        self.counters = counters
     }
 
     var uptimeS: Double { started.duration(to: .now).inSeconds }
@@ -202,7 +210,8 @@ struct HeartbeatService: Service {
             let health = status.health()
             let beat = Heartbeat(
                 service: health.service, pid: health.pid, epoch: health.epoch, startedAt: health.startedAt,
-                uptimeS: health.uptimeS, status: health.status, publishedSeq: health.publishedSeq, lastSeq: health.lastSeq)
+                uptimeS: health.uptimeS, status: health.status, publishedSeq: health.publishedSeq, lastSeq: health.lastSeq,
+                counters: status.counters())
             do {
                 try publisher.publish("svc.heartbeat", device: status.name.rawValue, payload: beat)
             } catch {

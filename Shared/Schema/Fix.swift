@@ -104,8 +104,13 @@ public struct Heartbeat: Codable, Sendable, Equatable {
     public var publishedSeq: UInt64
     /// The last sequence numbers it processed, by stream: `{"journal": 1234}`.
     public var lastSeq: [String: UInt64]
+    /// Things the service counted since it started, by name: `{"dropped_readings.speed_mps.impossible": 2}`.
+    public var counters: [String: UInt64]?
 
-    public init(service: String, pid: Int32, epoch: String, startedAt: Date, uptimeS: Double, status: String, publishedSeq: UInt64, lastSeq: [String: UInt64]) {
+    public init(
+        service: String, pid: Int32, epoch: String, startedAt: Date, uptimeS: Double, status: String, publishedSeq: UInt64, lastSeq: [String: UInt64],
+        counters: [String: UInt64]? = nil
+    ) {
         self.service = service
         self.pid = pid
         self.epoch = epoch
@@ -114,10 +119,11 @@ public struct Heartbeat: Codable, Sendable, Equatable {
         self.status = status
         self.publishedSeq = publishedSeq
         self.lastSeq = lastSeq
+        self.counters = counters
     }
 
     enum CodingKeys: String, CodingKey {
-        case service, pid, epoch, status
+        case service, pid, epoch, status, counters
         case startedAt = "started_at"
         case uptimeS = "uptime_s"
         case publishedSeq = "published_seq"

@@ -362,7 +362,8 @@ struct IngestHarness {
         ("/api/v1/fixes", #"{"fixes":[{"time":"2030-01-01T00:00:00Z","lat":1,"lon":0}]}"#, "time in the future", 400, "fixes[0].time"),
         ("/api/v1/fixes", #"{"fixes":[{"time":"1999-12-31T23:59:59Z","lat":1,"lon":0}]}"#, "time before 2000", 400, "fixes[0].time"),
         ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1}]}"#, "missing lon", 400, "fixes[0].lon"),
-        ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2,"battery":5}]}"#, "battery over 1", 400, "fixes[0].battery"),
+        ("/owntracks", #"{"_type":"location","lat":1,"lon":2,"tst":1700000000,"tid":"\#(String(repeating: "x", count: 257))"}"#, "a tid over 256 bytes", 400, "tid"),
+        ("/api/v1/sessions/start", #"{"candidate":"Anna","note":"\#(String(repeating: "n", count: 2001))"}"#, "a note over 2000 bytes", 400, "note"),
         ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2},"#, "malformed JSON", 400, "body"),
         ("/api/v1/fixes", #"["fixes"]"#, "not an object", 400, "body"),
         ("/api/v1/fixes", #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2,"device":"bike"}]}"#, "another device", 403, "fixes[0].device"),
@@ -389,6 +390,32 @@ struct IngestHarness {
         #expect(mixed.status == 400)
         #expect(harness.published.count == 0)
         #expect(harness.journal.lastSeq == 0)
+        harness.journal.shutdown()
+    }
+
+    @Test func impossibleReadingsAndPlaceholdersAreLeftOutTheFixIsKeptAndTheyAreCounted() async throws {
+        let harness = try IngestHarness(now: date("2026-11-21T12:00:00Z"))
+        let native = #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2,"battery":5,"speed_mps":9001,"accuracy_m":0,"course_deg":400,"altitude_m":12}]}"#
+        #expect(await harness.send("POST", "/api/v1/fixes", body: native).status == 200)
+        // GPSLogger fills what it does not know with 0; a speed of 9001 km/h is no reading either.
+        let gpslogger = await harness.send("GET", "/gpslogger", query: "lat=1.5&lon=2.5&time=2025-01-01T00:01:00Z&acc=0&alt=0&batt=0&spd=9001&dir=90&token=\(IngestHarness.token)", headers: [:])
+        #expect(gpslogger.status == 200)
+        let fixes = harness.published.fixes
+        #expect(fixes.count == 2)
+        #expect(fixes.first.map { $0.lat == 1 && $0.battery == nil && $0.speedMps == nil && $0.accuracyM == nil && $0.courseDeg == nil && $0.altitudeM == 12 } == true)
+        #expect(fixes.last.map { $0.lat == 1.5 && $0.accuracyM == nil && $0.altitudeM == nil && $0.battery == nil && $0.speedMps == nil && $0.courseDeg == 90 } == true)
+        #expect(harness.handler.droppedReadings.snapshot == [
+            "dropped_readings.battery.impossible": 1, "dropped_readings.speed_mps.impossible": 2, "dropped_readings.accuracy_m.placeholder": 2,
+            "dropped_readings.course_deg.impossible": 1, "dropped_readings.altitude_m.placeholder": 1, "dropped_readings.battery.placeholder": 1,
+        ])
+        harness.journal.shutdown()
+    }
+
+    @Test func aBatchOfDuplicatesAnswersTheJournalsEnd() async throws {
+        let harness = try IngestHarness(now: date("2026-11-21T12:00:00Z"))
+        let body = #"{"fixes":[{"time":"2025-01-01T00:00:00Z","lat":1,"lon":2},{"time":"2025-01-01T00:00:01Z","lat":1,"lon":2}]}"#
+        #expect(String(decoding: await harness.send("POST", "/api/v1/fixes", body: body).body, as: UTF8.self) == #"{"accepted":2,"duplicates":0,"last_seq":2}"#)
+        #expect(String(decoding: await harness.send("POST", "/api/v1/fixes", body: body).body, as: UTF8.self) == #"{"accepted":0,"duplicates":2,"last_seq":2}"#)
         harness.journal.shutdown()
     }
 

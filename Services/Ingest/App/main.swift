@@ -31,7 +31,8 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
         // ServiceGroup stops services in reverse order: HTTP first, then the journal.
         services: [JournalCloser(journal: journal), http],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
-        lastSeq: { ["journal": journal.lastSeq] }
+        lastSeq: { ["journal": journal.lastSeq] },
+        counters: { handler.droppedReadings.snapshot }
     )
 }
 
@@ -42,13 +43,15 @@ func makeIngestRouter(handler: IngestHandler, maxBodyBytes: Int) -> Router<Basic
     // A request no route takes gets the core's JSON answer: 405 with the allowed methods, or 404.
     router.add(middleware: UnroutedMiddleware(handler: handler))
     for endpoint in handler.endpoints {
+        let limit = min(endpoint.maxBodyBytes ?? maxBodyBytes, maxBodyBytes)
+        let limitName = endpoint.maxBodyBytes == nil || limit == maxBodyBytes ? "ingest.max_body_bytes" : "this endpoint's limit"
         for method in endpoint.methods {
             router.on(RouterPath(endpoint.path), method: HTTPRequest.Method(method)!) { request, _ -> Response in
                 let body: ByteBuffer
                 do {
-                    body = try await request.body.collect(upTo: maxBodyBytes)
+                    body = try await request.body.collect(upTo: limit)
                 } catch {
-                    throw IngestHTTPError(error: .tooLarge("the body is larger than ingest.max_body_bytes (\(maxBodyBytes) bytes)", field: "body"))
+                    throw IngestHTTPError(error: .tooLarge("the body is larger than \(limitName) (\(limit) bytes)", field: "body"))
                 }
                 return Response(await handler.respond(endpoint, to: IngestRequest(request, body: body)))
             }
@@ -57,10 +60,22 @@ func makeIngestRouter(handler: IngestHandler, maxBodyBytes: Int) -> Router<Basic
     return router
 }
 
+/// Refuses an over-long URL (414) or header block (431) before anything else, and answers a
+/// request no route takes with the core's JSON.
 struct UnroutedMiddleware: RouterMiddleware {
     let handler: IngestHandler
 
     func handle(_ request: Request, context: BasicRequestContext, next: (Request, BasicRequestContext) async throws -> Response) async throws -> Response {
+        let target = request.uri.description.utf8.count
+        guard target <= IngestLimits.urlBytes else {
+            throw IngestHTTPError(error: IngestError(
+                status: 414, code: "ingest.uri_too_long", message: "url: longer than the limit of \(IngestLimits.urlBytes) bytes", field: "url"))
+        }
+        let headerBytes = request.headers.reduce(0) { $0 + $1.name.rawName.utf8.count + $1.value.utf8.count + 4 }
+        guard headerBytes <= IngestLimits.headerBytes else {
+            throw IngestHTTPError(error: IngestError(
+                status: 431, code: "ingest.headers_too_large", message: "headers: larger than the limit of \(IngestLimits.headerBytes) bytes", field: "headers"))
+        }
         do {
             return try await next(request, context)
         } catch let error as HTTPError where error.status == .notFound {

@@ -49,7 +49,10 @@ struct ClientParsers: Sendable {
         var meta: [String: String] = [:]
         if let tid = try fields.string("tid") { meta["tid"] = tid }
         if let topic = try fields.string("topic") { meta["topic"] = topic }
-        if let label = headers["x-limit-d"] { meta["x_limit_d"] = label }
+        if let label = headers["x-limit-d"] {
+            guard label.utf8.count <= IngestLimits.labelBytes else { throw IngestLimits.tooLong("X-Limit-D", limit: IngestLimits.labelBytes) }
+            meta["x_limit_d"] = label
+        }
         var raw = RawFix(time: time, lat: try fields.requiredDouble("lat"), lon: try fields.requiredDouble("lon"), meta: meta)
         raw.accuracyM = try fields.double("acc")
         raw.altitudeM = try fields.double("alt")
@@ -80,8 +83,8 @@ struct ClientParsers: Sendable {
     func overland(_ body: [UInt8], device: String) throws -> [JournalRecord] {
         let root = try JSONFields.object(try JSONFields.parse(body), path: "")
         guard let locations = try root.array("locations") else { throw IngestError.invalid("locations", "is required") }
-        guard locations.count <= Normalizer.maxBatch else {
-            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) locations, got \(locations.count)", field: "locations")
+        guard locations.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) locations, got \(locations.count)", field: "locations")
         }
         var records: [JournalRecord] = []
         var samples: [MotionSample] = []
@@ -219,6 +222,16 @@ struct ClientParsers: Sendable {
         raw.speedMps = try number("speed", "spd")
         raw.courseDeg = try number("direction", "dir", "bearing")
         raw.battery = try number("battery", "batt").map { $0.map { $0 < 0 ? -1 : $0 / 100 } }
+        // GPSLogger writes 0 for what it does not know: an altitude or battery of exactly 0 is
+        // its placeholder, not a reading.
+        if raw.altitudeM?.value == 0 {
+            raw.altitudeM = nil
+            normalizer.dropped.count("altitude_m", "placeholder")
+        }
+        if raw.battery?.value == 0 {
+            raw.battery = nil
+            normalizer.dropped.count("battery", "placeholder")
+        }
         if let label = parameters["device"] { raw.meta["device"] = label }
         return [JournalRecord(.fix(try normalizer.fix(raw, device: device, source: .gpslogger)))]
     }
@@ -228,8 +241,8 @@ struct ClientParsers: Sendable {
     func nativeFixes(_ body: [UInt8], device: String, source: FixSource = .api) throws -> [JournalRecord] {
         let root = try JSONFields.object(try JSONFields.parse(body), path: "")
         guard let fixes = try root.array("fixes") else { throw IngestError.invalid("fixes", "is required") }
-        guard fixes.count <= Normalizer.maxBatch else {
-            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) fixes, got \(fixes.count)", field: "fixes")
+        guard fixes.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) fixes, got \(fixes.count)", field: "fixes")
         }
         var records: [JournalRecord] = []
         records.reserveCapacity(fixes.count)
@@ -253,8 +266,8 @@ struct ClientParsers: Sendable {
     func nativeMotion(_ body: [UInt8], device: String) throws -> [JournalRecord] {
         let root = try JSONFields.object(try JSONFields.parse(body), path: "")
         guard let samples = try root.array("samples") else { throw IngestError.invalid("samples", "is required") }
-        guard samples.count <= Normalizer.maxBatch else {
-            throw IngestError.tooLarge("a batch holds at most \(Normalizer.maxBatch) samples, got \(samples.count)", field: "samples")
+        guard samples.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) samples, got \(samples.count)", field: "samples")
         }
         var records: [JournalRecord] = []
         for (index, item) in samples.enumerated() {
@@ -281,7 +294,7 @@ struct ClientParsers: Sendable {
         let time = try root.time("time")?.value ?? normalizer.now()
         try normalizer.checkTime(time, field: "time")
         return [JournalRecord(.sessionStarted(SessionStarted(
-            sessionID: "", device: device, candidate: candidate, instructor: try root.string("instructor"), note: try root.string("note"),
+            sessionID: "", device: device, candidate: candidate, instructor: try root.string("instructor"), note: try root.string("note", limit: IngestLimits.noteBytes),
             time: Normalizer.milliseconds(time))))]
     }
 

@@ -47,11 +47,17 @@ public struct IngestResponse: Sendable, Equatable {
 public struct IngestEndpoint: Sendable {
     public let path: String
     public let methods: [String]
+    /// The largest body it takes; nil for `ingest.max_body_bytes` (the batch endpoints).
+    public let maxBodyBytes: Int?
     let run: @Sendable (IngestRequest) async throws -> IngestResponse
 
-    init(_ path: String, _ methods: [String], _ run: @escaping @Sendable (IngestRequest) async throws -> IngestResponse) {
+    init(
+        _ path: String, _ methods: [String], maxBodyBytes: Int? = IngestLimits.smallBodyBytes,
+        _ run: @escaping @Sendable (IngestRequest) async throws -> IngestResponse
+    ) {
         self.path = path
         self.methods = methods
+        self.maxBodyBytes = maxBodyBytes
         self.run = run
     }
 }
@@ -62,13 +68,15 @@ public final class IngestHandler: Sendable {
     private let parsers: ClientParsers
     private let journal: Journal
     private let motion = MotionChanges()
+    /// Readings left out of fixes, for the heartbeat's counters and `/metrics`.
+    public let droppedReadings = DroppedReadings()
     /// The open driving-school session of each device, so that a stop can name it. After a
     /// restart a stop without `session_id` closes whatever session consumers have open.
     private let sessions = Mutex<[String: String]>([:])
 
     public init(config: DrivebusConfig, journal: Journal, now: @escaping @Sendable () -> Date = { Date() }) {
         devices = DeviceDirectory(config.devices)
-        parsers = ClientParsers(normalizer: Normalizer(now: now))
+        parsers = ClientParsers(normalizer: Normalizer(now: now, dropped: droppedReadings))
         self.journal = journal
     }
 
@@ -78,12 +86,12 @@ public final class IngestHandler: Sendable {
             IngestEndpoint("/healthz", ["GET"]) { [journal] _ in .json(#"{"status":"ok","last_seq":\#(journal.lastSeq)}"#) },
             IngestEndpoint("/owntracks", ["POST"], ownTracks),
             IngestEndpoint("/pub", ["POST"], ownTracks),
-            IngestEndpoint("/overland", ["POST"], overland),
+            IngestEndpoint("/overland", ["POST"], maxBodyBytes: nil, overland),
             IngestEndpoint("/", ["GET", "POST"], osmand),
             IngestEndpoint("/osmand", ["GET", "POST"], osmand),
             IngestEndpoint("/gpslogger", ["GET", "POST"], gpsLogger),
-            IngestEndpoint("/api/v1/fixes", ["POST"], nativeFixes),
-            IngestEndpoint("/api/v1/motion", ["POST"], nativeMotion),
+            IngestEndpoint("/api/v1/fixes", ["POST"], maxBodyBytes: nil, nativeFixes),
+            IngestEndpoint("/api/v1/motion", ["POST"], maxBodyBytes: nil, nativeMotion),
             IngestEndpoint("/api/v1/sessions/start", ["POST"], sessionStart),
             IngestEndpoint("/api/v1/sessions/stop", ["POST"], sessionStop),
             IngestEndpoint("/api/v1/taxi/checkin", ["POST"], checkin),
@@ -233,7 +241,8 @@ public final class IngestHandler: Sendable {
 
     private func summarize(_ outcomes: [Journal.Outcome]) -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
         var accepted = 0, duplicates = 0
-        var lastSeq: UInt64 = 0
+        // A batch of nothing but duplicates answers the journal's end: everything it holds is in.
+        var lastSeq: UInt64 = outcomes.contains { if case .journaled = $0 { true } else { false } } ? 0 : journal.lastSeq
         for outcome in outcomes {
             switch outcome {
             case .journaled(let seq):
@@ -265,7 +274,15 @@ public final class IngestHandler: Sendable {
 
     private func queryParameters(_ request: IngestRequest) throws(IngestError) -> Parameters {
         guard let parameters = Parameters(urlEncoded: request.query[...]) else { throw IngestError.invalid("query", "malformed percent-encoding") }
+        try Self.checkLabels(parameters)
         return parameters
+    }
+
+    /// Every parameter value is at most a label long.
+    private static func checkLabels(_ parameters: Parameters) throws(IngestError) {
+        for (name, value) in parameters.pairs where value.utf8.count > IngestLimits.labelBytes {
+            throw IngestLimits.tooLong(name, limit: IngestLimits.labelBytes)
+        }
     }
 
     private func allParameters(_ request: IngestRequest, bodyIsForm: Bool) throws(IngestError) -> Parameters {
@@ -274,6 +291,7 @@ public final class IngestHandler: Sendable {
             guard let form = Parameters(urlEncoded: String(decoding: request.body, as: UTF8.self)[...]) else {
                 throw IngestError.invalid("body", "malformed form encoding")
             }
+            try Self.checkLabels(form)
             parameters.append(form)
         }
         return parameters

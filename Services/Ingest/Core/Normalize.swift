@@ -2,6 +2,7 @@ import DrivebusConfiguration
 import DrivebusJournal
 import DrivebusSchema
 import Foundation
+import Synchronization
 
 /// One fix as a client described it, with the client's own field names kept for error messages,
 /// before validation.
@@ -41,14 +42,30 @@ struct RawFix {
     var meta: [String: String] = [:]
 }
 
-/// The rules every fix passes, whatever client it came from.
+/// Optional readings left out of fixes, by reading and reason: an impossible value (a speed of
+/// 9001 m/s) or a client's placeholder for "unknown" (GPSLogger's 0). The fix itself is kept.
+public final class DroppedReadings: Sendable {
+    private let counts = Mutex<[String: UInt64]>([:])
+
+    public init() {}
+
+    func count(_ reading: String, _ reason: String) {
+        counts.withLock { $0["dropped_readings.\(reading).\(reason)", default: 0] += 1 }
+    }
+
+    /// `dropped_readings.<reading>.<impossible|placeholder>` → count since start, for heartbeats.
+    public var snapshot: [String: UInt64] { counts.withLock { $0 } }
+}
+
+/// The rules every fix passes, whatever client it came from. Time and position must be valid or
+/// the fix is refused; an optional reading that is impossible is left out and counted.
 struct Normalizer: Sendable {
     /// Fixes from before this are refused: no phone app predates it, and it catches epoch-zero clocks.
     static let earliest = Date(timeIntervalSince1970: 946_684_800)  // 2000-01-01
     static let maxFutureS: TimeInterval = 86_400
-    static let maxBatch = 10_000
 
     let now: @Sendable () -> Date
+    let dropped: DroppedReadings
 
     func fix(_ raw: RawFix, device: String, source: FixSource) throws(IngestError) -> Fix {
         try checkTime(raw.time.value, field: raw.time.field)
@@ -56,22 +73,18 @@ struct Normalizer: Sendable {
         let lon = try finite(raw.lon)
         guard (-90...90).contains(lat) else { throw .invalid(raw.lat.field, "latitude must be from -90 to 90, got \(lat)") }
         guard (-180...180).contains(lon) else { throw .invalid(raw.lon.field, "longitude must be from -180 to 180, got \(lon)") }
-        // Negative accuracy, speed, course or battery is how clients say "not known".
-        let accuracy = try raw.accuracyM.map(finite).flatMap { $0 < 0 ? nil : $0 }
-        if let accuracy, accuracy > 1_000_000 { throw .invalid(raw.accuracyM!.field, "accuracy must be at most 1000000 m, got \(accuracy)") }
-        let altitude = try raw.altitudeM.map(finite)
-        if let altitude, !(-1_000...100_000).contains(altitude) {
-            throw .invalid(raw.altitudeM!.field, "altitude must be from -1000 to 100000 m, got \(altitude)")
+        // Negative accuracy, speed, course or battery is how clients say "not known". A reading no
+        // phone can produce is left out (and counted): the position is still worth keeping.
+        // Accuracy 0 m is impossible too: it is a placeholder.
+        let accuracy = reading(raw.accuracyM, "accuracy_m", valid: 0...1_000_000).flatMap { value -> Double? in
+            guard value == 0 else { return value }
+            dropped.count("accuracy_m", "placeholder")
+            return nil
         }
-        let speed = try raw.speedMps.map(finite).flatMap { $0 < 0 ? nil : $0 }
-        if let speed, speed > 1_000 { throw .invalid(raw.speedMps!.field, "speed must be at most 1000 m/s, got \(speed)") }
-        var course = try raw.courseDeg.map(finite).flatMap { $0 < 0 ? nil : $0 }
-        if let heading = course {
-            guard heading <= 360 else { throw .invalid(raw.courseDeg!.field, "course must be from 0 to 360 degrees, got \(heading)") }
-            course = heading == 360 ? 0 : heading
-        }
-        let battery = try raw.battery.map(finite).flatMap { $0 < 0 ? nil : $0 }
-        if let battery, battery > 1 { throw .invalid(raw.battery!.field, "battery must be from 0 to 1 (or 0 to 100 %), got \(battery)") }
+        let altitude = reading(raw.altitudeM, "altitude_m", valid: -1_000...100_000, negativeIsUnknown: false)
+        let speed = reading(raw.speedMps, "speed_mps", valid: 0...1_000)
+        let course = reading(raw.courseDeg, "course_deg", valid: 0...360).map { $0 == 360 ? 0 : $0 }
+        let battery = reading(raw.battery, "battery", valid: 0...1)
         return Fix(
             device: device, time: Self.milliseconds(raw.time.value), lat: lat, lon: lon, accuracyM: accuracy,
             altitudeM: altitude, speedMps: speed, courseDeg: course, battery: battery, source: source,
@@ -88,6 +101,18 @@ struct Normalizer: Sendable {
     /// Times travel at millisecond precision, so that a fix reads back exactly as it was stored.
     static func milliseconds(_ time: Date) -> Date {
         Date(timeIntervalSince1970: (time.timeIntervalSince1970 * 1000).rounded() / 1000)
+    }
+
+    /// An optional reading, or nil when it is absent, negative (unknown, for most readings) or
+    /// impossible (non-finite or outside `valid`; counted).
+    private func reading(_ value: RawFix.Value<Double>?, _ name: String, valid: ClosedRange<Double>, negativeIsUnknown: Bool = true) -> Double? {
+        guard let value = value?.value else { return nil }
+        if negativeIsUnknown, value < 0, value.isFinite { return nil }
+        guard value.isFinite, valid.contains(value) else {
+            dropped.count(name, "impossible")
+            return nil
+        }
+        return value
     }
 
     private func finite(_ value: RawFix.Value<Double>) throws(IngestError) -> Double {
@@ -178,10 +203,12 @@ struct JSONFields {
         return value
     }
 
-    func string(_ key: String) throws(IngestError) -> String? {
+    func string(_ key: String, limit: Int = IngestLimits.labelBytes) throws(IngestError) -> String? {
         switch value(key) {
         case nil: return nil
-        case .string(let text): return text
+        case .string(let text):
+            guard text.utf8.count <= limit else { throw IngestLimits.tooLong(name(key), limit: limit) }
+            return text
         case .number(let number): return Self.format(number)
         default: throw .invalid(name(key), "expected a string")
         }

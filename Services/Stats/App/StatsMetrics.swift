@@ -24,6 +24,16 @@ final class StatsMetrics: Sendable {
         for (stream, value) in beat.lastSeq {
             registry.makeGauge(name: "drivebus_service_last_seq", labels: service + [("stream", stream)], help: "The last sequence number the service processed").set(to: Double(value))
         }
+        for (name, value) in beat.counters ?? [:] {
+            // `dropped_readings.<reading>.<reason>` from ingest; others by their name.
+            let parts = name.split(separator: ".")
+            if parts.count == 3, parts[0] == "dropped_readings" {
+                registry.makeGauge(
+                    name: "drivebus_ingest_dropped_readings", labels: [("reading", String(parts[1])), ("reason", String(parts[2]))],
+                    help: "Optional readings left out of fixes since ingest started: impossible values and clients' placeholders"
+                ).set(to: Double(value))
+            }
+        }
     }
 
     func stored(_ events: [StoredEvent], summary: StatsStore.Summary, took duration: Duration) {
