@@ -96,7 +96,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal"], path: "Services/Ingest/Core"),
@@ -113,11 +113,20 @@ let package = Package(
             dependencies: ["DrivebusKit", "DrivebusConfiguration"],
             path: "Tests/Support"
         ),
+        // Seeded fuzzing of every parser: a short run in the tests, long runs in drivebus-bench.
+        .target(
+            name: "DrivebusFuzz",
+            dependencies: [
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "IngestCore",
+                "StatsCore", "StatsStore", "StatsHTTP", hummingbird, .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            path: "Tests/Fuzz"
+        ),
         // Fast tests of the pure cores, the models and the stores, in process.
         .testTarget(
             name: "CoreTests",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "IngestCore", "CheckoutCore",
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "IngestCore", "CheckoutCore",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

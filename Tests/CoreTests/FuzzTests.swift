@@ -1,0 +1,18 @@
+import DrivebusFuzz
+import Testing
+
+/// A short seeded fuzz run of every parser a client, a file or the bus can reach (long runs:
+/// `drivebus-bench fuzz --cases 100000`). A crash fails the whole run.
+@Suite struct FuzzTests {
+    @Test func ingestAnswersEveryMutationBelow500AndStoresNothingItRefuses() async throws {
+        let report = try await Fuzz.ingest(cases: 3000, seed: 1)
+        #expect(report.isClean, "\(report)")
+        // Both paths were taken: some mutations are still valid, most are refused.
+        #expect(report.statuses[200, default: 0] > 100 && report.statuses[400, default: 0] > 500, "\(report.statuses)")
+    }
+
+    @Test func busDecodersSurviveEveryMutation() {
+        let report = Fuzz.bus(cases: 5000, seed: 2)
+        #expect(report.isClean, "\(report)")
+    }
+}
