@@ -48,6 +48,12 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        .systemLibrary(
+            name: "CLibXML2",
+            path: "Shared/CLibXML2",
+            pkgConfig: "libxml-2.0",
+            providers: [.apt(["libxml2-dev"])]
+        ),
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
         // Shared: pure models and the libraries every process uses. Nothing here knows a service.
@@ -56,6 +62,9 @@ let package = Package(
         // Append-only files: the ingest journal and every service's log of derived events.
         .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
+        // One reader per track file format (GPX on libxml2's pull reader, GeoJSON, CSV): import
+        // and route ranking read through it.
+        .target(name: "DrivebusTrackFormats", dependencies: ["DrivebusSchema", "CLibXML2"], path: "Shared/TrackFormats"),
         // Seeded generators for synthetic data, shared by the tests and the benchmarks.
         .target(name: "DrivebusTestbed", path: "Shared/Testbed"),
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
