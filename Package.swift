@@ -100,7 +100,7 @@ let package = Package(
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit", "DrivebusConfiguration"], path: "Services/Bus"),
         .executableTarget(
             name: "drivebus",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", .product(name: "AsyncHTTPClient", package: "async-http-client")],
             path: "Services/CLI"
         ),
         .executableTarget(
@@ -108,7 +108,7 @@ let package = Package(
             dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
-        .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal"], path: "Services/Ingest/Core"),
+        .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTrackFormats"], path: "Services/Ingest/Core"),
         serviceExecutable("ingest", ["IngestCore", "DrivebusJournal", hummingbird, lifecycle]),
         serviceExecutable("geofence", [
             "GeofenceCore", grdb, lifecycle,
