@@ -71,7 +71,7 @@ let package = Package(
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
         .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore", deque], path: "Services/Scorer/Core"),
-        .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Stats/Core"),
+        .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusTrackFormats"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
         .target(
             name: "StatsStore",
