@@ -126,7 +126,7 @@ let package = Package(
         .testTarget(
             name: "CoreTests",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "IngestCore", "CheckoutCore",
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusTrackFormats", "IngestCore", "CheckoutCore",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
