@@ -48,6 +48,12 @@ let package = Package(
             pkgConfig: "libzmq",
             providers: [.apt(["libzmq3-dev"])]
         ),
+        .systemLibrary(
+            name: "CLibXML2",
+            path: "Shared/CLibXML2",
+            pkgConfig: "libxml-2.0",
+            providers: [.apt(["libxml2-dev"])]
+        ),
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
         // Shared: pure models and the libraries every process uses. Nothing here knows a service.
@@ -56,13 +62,16 @@ let package = Package(
         // Append-only files: the ingest journal and every service's log of derived events.
         .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
+        // One reader per track file format (GPX on libxml2's pull reader, GeoJSON, CSV): import
+        // and route ranking read through it.
+        .target(name: "DrivebusTrackFormats", dependencies: ["DrivebusSchema", "CLibXML2"], path: "Shared/TrackFormats"),
         // Seeded generators for synthetic data, shared by the tests and the benchmarks.
         .target(name: "DrivebusTestbed", path: "Shared/Testbed"),
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
         .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore", deque], path: "Services/Scorer/Core"),
-        .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Stats/Core"),
+        .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusTrackFormats"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
         .target(
             name: "StatsStore",
@@ -91,7 +100,7 @@ let package = Package(
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit", "DrivebusConfiguration"], path: "Services/Bus"),
         .executableTarget(
             name: "drivebus",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", .product(name: "AsyncHTTPClient", package: "async-http-client")],
             path: "Services/CLI"
         ),
         .executableTarget(
@@ -99,7 +108,7 @@ let package = Package(
             dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
-        .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal"], path: "Services/Ingest/Core"),
+        .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTrackFormats"], path: "Services/Ingest/Core"),
         serviceExecutable("ingest", ["IngestCore", "DrivebusJournal", hummingbird, lifecycle]),
         serviceExecutable("geofence", [
             "GeofenceCore", grdb, lifecycle,
@@ -126,7 +135,8 @@ let package = Package(
         .testTarget(
             name: "CoreTests",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "IngestCore", "CheckoutCore",
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
+                "IngestCore", "CheckoutCore",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

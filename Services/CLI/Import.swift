@@ -1,6 +1,7 @@
 import ArgumentParser
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusTrackFormats
 import Foundation
 import IngestCore
 
@@ -34,24 +35,27 @@ struct Import: AsyncParsableCommand {
     }
 
     /// Returns whether any file could not be read.
+    ///
+    /// Each file is read twice, a point at a time, so that a file of any size takes bounded
+    /// memory: once to check all of it (a file with an error is not imported at all), then to send
+    /// it in batches.
     private func importAll(bus: BusClient) async throws -> Bool {
         var failed = false
         for file in files {
-            let points: [TrackPoint]
+            let name = URL(fileURLWithPath: file).lastPathComponent
+            let total: (points: Int, timed: Int)
             do {
-                guard let data = FileManager.default.contents(atPath: file) else { throw TrackFileError(location: file, message: "cannot read the file") }
-                points = try TrackFiles.read(data, name: file)
+                total = try count(file)
             } catch {
                 print("\(file): \(error)")
                 failed = true
                 continue
             }
-            let timed = points.filter { $0.time != nil }
             var counts = (accepted: 0, duplicates: 0, refused: 0)
             var reasons: [String] = []
-            let progress = Progress(total: timed.count, label: URL(fileURLWithPath: file).lastPathComponent)
-            for start in stride(from: 0, to: timed.count, by: max(1, batch)) {
-                let slice = Array(timed[start..<min(start + batch, timed.count)])
+            var sent = 0
+            let progress = Progress(total: total.timed, label: name)
+            func send(_ slice: [TrackPoint]) async throws {
                 do {
                     let reply = try await publish(slice, bus: bus)
                     counts.accepted += reply.accepted
@@ -69,14 +73,47 @@ struct Import: AsyncParsableCommand {
                         }
                     }
                 }
-                progress.advance(to: min(start + batch, timed.count))
+                sent += slice.count
+                progress.advance(to: sent)
             }
+            let reader = try open(file)
+            var batch: [TrackPoint] = []
+            batch.reserveCapacity(max(1, self.batch))
+            while let point = try reader.next() {
+                guard point.time != nil else { continue }
+                batch.append(point)
+                if batch.count >= max(1, self.batch) {
+                    try await send(batch)
+                    batch.removeAll(keepingCapacity: true)
+                }
+            }
+            if !batch.isEmpty { try await send(batch) }
             progress.finish()
-            _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: URL(fileURLWithPath: file).lastPathComponent, fixes: counts.accepted), as: PublishReply.self)
-            print("\(file): \(points.count) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(points.count - timed.count) without a time")
+            _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
+            print("\(file): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             for reason in reasons { print("  refused \(reason)") }
         }
         return failed
+    }
+
+    private func open(_ file: String) throws(TrackFileError) -> TrackFiles.Reader {
+        let format = try TrackFiles.format(of: file)
+        do {
+            return TrackFiles.Reader(format: format, source: try FileByteSource(path: file))
+        } catch {
+            throw TrackFileError(location: file, message: error.message)
+        }
+    }
+
+    /// Reads the whole file once: its points, and those with a time.
+    private func count(_ file: String) throws(TrackFileError) -> (points: Int, timed: Int) {
+        let reader = try open(file)
+        var counts = (points: 0, timed: 0)
+        while let point = try reader.next() {
+            counts.points += 1
+            if point.time != nil { counts.timed += 1 }
+        }
+        return counts
     }
 
     private func publish(_ points: [TrackPoint], bus: BusClient) async throws -> PublishReply {

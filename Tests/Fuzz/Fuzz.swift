@@ -24,6 +24,8 @@ public struct FuzzReport: Sendable, CustomStringConvertible {
     public var problems: [String] = []
     /// How many cases got each HTTP status (HTTP targets): proof that both paths were taken.
     public var statuses: [Int: Int] = [:]
+    /// Seconds spent per endpoint (HTTP targets), to find what a hostile input makes slow.
+    public var secondsByEndpoint: [String: Double] = [:]
     public var seconds = 0.0
 
     public var isClean: Bool { serverErrors == 0 && storedFromRejected == 0 && problems.isEmpty }
@@ -134,7 +136,8 @@ public enum Fuzz {
     public static func stats(cases: Int, seed: UInt64) async throws -> FuzzReport {
         let started = ContinuousClock.now
         let dir = TempDir()
-        let store = try StatsStore(.init(path: dir.path + "/stats.sqlite"))
+        // Durability is not under test here: no fsync per posted ledger.
+        let store = try StatsStore(.init(path: dir.path + "/stats.sqlite", durability: .normal))
         defer { try? store.close() }
         let gpx = """
             <?xml version="1.0"?><gpx version="1.1" creator="t" xmlns="http://www.topografix.com/GPX/1/1"><rte><name>a</name>\
@@ -178,6 +181,11 @@ public enum Fuzz {
             for (index, request) in requests.enumerated() {
                 let response: TestResponse
                 let name: String
+                let began = ContinuousClock.now
+                defer {
+                    let path = String(name.split(separator: "?").first ?? "")
+                    report.secondsByEndpoint[path, default: 0] += began.duration(to: .now).inSeconds
+                }
                 switch request {
                 case .get(let uri):
                     name = "GET \(uri)"

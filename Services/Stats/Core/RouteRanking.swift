@@ -1,9 +1,7 @@
 import DrivebusGeo
 import DrivebusSchema
+import DrivebusTrackFormats
 import Foundation
-#if canImport(FoundationXML)
-import FoundationXML
-#endif
 
 /// One alternative route as posted: GPX `trk`/`rte` or a GeoJSON LineString.
 public struct RouteInput: Sendable, Equatable {
@@ -75,19 +73,51 @@ public struct RouteRanking: Sendable, Equatable {
     // MARK: Reading
 
     /// Routes from GPX 1.1 (every `trk` and `rte`; a track's segments are joined) or GeoJSON
-    /// (LineStrings and MultiLineStrings with `[lon, lat, ele]`), told apart by the first byte.
+    /// (LineStrings and MultiLineStrings with `[lon, lat, ele]`), told apart by the first byte,
+    /// read by `DrivebusTrackFormats`: what it refuses is a 400 naming the route and point, or
+    /// the line.
     public static func read(_ body: [UInt8]) throws(StatsError) -> [RouteInput] {
-        let first = body.first { ![UInt8(ascii: " "), UInt8(ascii: "\n"), UInt8(ascii: "\r"), UInt8(ascii: "\t"), 0xEF, 0xBB, 0xBF].contains($0) }
-        let routes: [RouteInput]
-        switch first {
-        case UInt8(ascii: "<"): routes = try readGPX(body)
-        case UInt8(ascii: "{"): routes = try readGeoJSON(body)
-        default: throw invalidBody("expected GPX 1.1 or a GeoJSON FeatureCollection of LineStrings")
+        guard let format = TrackFormat(sniffing: body) else {
+            throw invalidBody("expected GPX 1.1 or a GeoJSON FeatureCollection of LineStrings")
         }
+        let routes = try read(TrackReader(format: format, bytes: body))
         guard !routes.isEmpty else {
             throw StatsError(status: 422, code: "stats.no_routes", message: "body: has no routes (GPX trk or rte, GeoJSON LineString)", field: "body")
         }
-        guard routes.count <= maxRoutes else { throw invalidBody("at most \(maxRoutes) routes at once") }
+        return routes
+    }
+
+    /// The most points all routes of one body may have, before densifying.
+    static let maxPostedPoints = 1_000_000
+
+    static func read(_ reader: TrackReader) throws(StatsError) -> [RouteInput] {
+        var routes: [RouteInput] = []
+        var points: [RouteInput.Point] = []
+        var total = 0
+        do {
+            while let event = try reader.next() {
+                switch event {
+                case .point(let point):
+                    guard point.track != nil else { continue }  // waypoints and GeoJSON Points are not routes
+                    total += 1
+                    guard total <= maxPostedPoints else { throw invalidBody("at most \(maxPostedPoints) points") }
+                    points.append(.init(Coordinate(lat: point.lat, lon: point.lon), elevationM: point.elevationM))
+                case .track(let track):
+                    routes.append(RouteInput(name: track.name ?? "route \(track.index + 1)", points: points))
+                    points = []
+                    guard routes.count <= maxRoutes else { throw invalidBody("at most \(maxRoutes) routes at once") }
+                }
+            }
+        } catch let error as TrackFormatError {
+            if let track = error.track, let point = error.point {
+                throw invalidPoint(route: error.trackName ?? "route \(track + 1)", point: point, error.message)
+            }
+            throw invalidBody(error.description)
+        } catch let error as StatsError {
+            throw error
+        } catch {
+            throw invalidBody("\(error)")
+        }
         return routes
     }
 
@@ -99,75 +129,6 @@ public struct RouteRanking: Sendable, Equatable {
         StatsError(
             status: 400, code: "stats.invalid_body", message: "route \"\(route)\" point \(point): \(message)", field: "body",
             details: ["route": .string(route), "point": .number(Double(point))])
-    }
-
-    static func readGPX(_ body: [UInt8]) throws(StatsError) -> [RouteInput] {
-        let reader = GPXRouteReader()
-        let parser = XMLParser(data: Data(body))
-        parser.shouldResolveExternalEntities = false
-        parser.delegate = reader
-        let parsed = parser.parse()
-        if let error = reader.error { throw error }
-        guard parsed else {
-            throw invalidBody("not valid GPX (line \(parser.lineNumber)): \(parser.parserError.map { "\($0.localizedDescription)" } ?? "XML error")")
-        }
-        return reader.routes
-    }
-
-    static func readGeoJSON(_ body: [UInt8]) throws(StatsError) -> [RouteInput] {
-        let root: JSONValue
-        do { root = try JSONValue.parse(body) } catch { throw invalidBody("not valid JSON: \(error)") }
-        guard case .object(let object) = root else { throw invalidBody("expected a GeoJSON object") }
-        var features: [[String: JSONValue]]
-        switch object["type"] {
-        case .string("FeatureCollection"):
-            guard case .array(let list)? = object["features"] else { throw invalidBody("a FeatureCollection needs features") }
-            features = list.compactMap { if case .object(let feature) = $0 { feature } else { nil } }
-        case .string("Feature"): features = [object]
-        case .string("LineString"), .string("MultiLineString"): features = [["geometry": root]]
-        default: throw invalidBody("expected a GeoJSON FeatureCollection of LineStrings")
-        }
-        var routes: [RouteInput] = []
-        for feature in features {
-            guard case .object(let geometry)? = feature["geometry"] else { continue }
-            var lines: [JSONValue]
-            switch (geometry["type"], geometry["coordinates"]) {
-            case (.string("LineString"), .array(let positions)?): lines = [.array(positions)]
-            case (.string("MultiLineString"), .array(let parts)?): lines = parts
-            default: continue  // Waypoints and areas are not routes.
-            }
-            var name = "route \(routes.count + 1)"
-            if case .object(let properties)? = feature["properties"] {
-                for key in ["name", "title"] {
-                    if case .string(let text)? = properties[key], !text.trimmingCharacters(in: .whitespaces).isEmpty {
-                        name = String(text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(200))
-                        break
-                    }
-                }
-            }
-            var points: [RouteInput.Point] = []
-            for line in lines {
-                guard case .array(let positions) = line else { throw invalidPoint(route: name, point: points.count + 1, "coordinates must be an array of positions") }
-                for position in positions {
-                    let number = points.count + 1
-                    guard case .array(let values) = position, values.count >= 2, case .number(let lon) = values[0], case .number(let lat) = values[1] else {
-                        throw invalidPoint(route: name, point: number, "a position must be [longitude, latitude, elevation]")
-                    }
-                    guard Coordinate.isValid(lat: lat, lon: lon) else { throw invalidPoint(route: name, point: number, "is not a position on Earth") }
-                    var elevation: Double?
-                    if values.count > 2 {
-                        switch values[2] {
-                        case .number(let value) where value.isFinite && abs(value) <= 100_000: elevation = value
-                        case .null: break
-                        default: throw invalidPoint(route: name, point: number, "elevation must be a number of metres")
-                        }
-                    }
-                    points.append(.init(Coordinate(lat: lat, lon: lon), elevationM: elevation))
-                }
-            }
-            routes.append(RouteInput(name: name, points: points))
-        }
-        return routes
     }
 
     // MARK: Ranking
@@ -373,73 +334,5 @@ public struct RouteRanking: Sendable, Equatable {
     /// All elevation profiles in one chart, in their rank colours, with axes in metres.
     public func svg(_ ranked: [RankedRoute], width: Int = 960, height: Int = 480) -> [UInt8] {
         Array(Charts.profiles(ranked, width: Double(width), height: Double(height), standalone: true).utf8)
-    }
-}
-
-/// Collects routes from GPX: each `trk` (its segments joined) and each `rte`.
-private final class GPXRouteReader: NSObject, XMLParserDelegate {
-    var routes: [RouteInput] = []
-    var error: StatsError?
-    private var stack: [String] = []
-    private var current: RouteInput?
-    private var point: RouteInput.Point?
-    private var text = ""
-    private var points = 0
-
-    private static func local(_ name: String) -> String { name.split(separator: ":").last.map(String.init) ?? name }
-
-    private var routeName: String {
-        if let name = current?.name, !name.isEmpty { return name }
-        return "route \(routes.count + 1)"
-    }
-
-    private func fail(_ parser: XMLParser, _ error: StatsError) {
-        if self.error == nil { self.error = error }
-        parser.abortParsing()
-    }
-
-    func parser(_ parser: XMLParser, didStartElement name: String, namespaceURI: String?, qualifiedName: String?, attributes: [String: String] = [:]) {
-        let name = Self.local(name)
-        stack.append(name)
-        text = ""
-        if (name == "trk" || name == "rte"), current == nil {
-            current = RouteInput(name: "", points: [])
-        } else if (name == "trkpt" || name == "rtept"), current != nil {
-            points += 1
-            guard points <= 1_000_000 else { return fail(parser, RouteRanking.invalidBody("at most 1000000 points")) }
-            let number = current!.points.count + 1
-            guard let lat = attributes["lat"].flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }),
-                  let lon = attributes["lon"].flatMap({ Double($0.trimmingCharacters(in: .whitespaces)) }),
-                  Coordinate.isValid(lat: lat, lon: lon) else {
-                return fail(parser, RouteRanking.invalidPoint(route: routeName, point: number, "lat and lon must be a position on Earth"))
-            }
-            point = .init(Coordinate(lat: lat, lon: lon), elevationM: nil)
-        }
-    }
-
-    func parser(_ parser: XMLParser, foundCharacters string: String) {
-        if text.utf8.count < 1024 { text += string }
-    }
-
-    func parser(_ parser: XMLParser, didEndElement name: String, namespaceURI: String?, qualifiedName: String?) {
-        let name = Self.local(name)
-        let parent = stack.count >= 2 ? stack[stack.count - 2] : ""
-        stack.removeLast()
-        let value = text.trimmingCharacters(in: .whitespacesAndNewlines)
-        if name == "ele", point != nil {
-            guard let elevation = Double(value), elevation.isFinite, abs(elevation) <= 100_000 else {
-                return fail(parser, RouteRanking.invalidPoint(route: routeName, point: current!.points.count + 1, "<ele> must be a number of metres"))
-            }
-            point!.elevationM = elevation
-        } else if name == "trkpt" || name == "rtept", let done = point {
-            current!.points.append(done)
-            point = nil
-        } else if name == "name", parent == "trk" || parent == "rte", current != nil, !value.isEmpty {
-            current!.name = String(value.prefix(200))
-        } else if name == "trk" || name == "rte", var route = current, !stack.contains("trk"), !stack.contains("rte") {
-            if route.name.isEmpty { route.name = "route \(routes.count + 1)" }
-            routes.append(route)
-            current = nil
-        }
     }
 }
