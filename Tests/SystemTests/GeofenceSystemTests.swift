@@ -215,6 +215,7 @@ struct GateHarness {
         let back = Date()
         #expect(await eventually(within: .seconds(10)) { receiver.received.count == 1 })
         let call = try #require(receiver.received.first)
+        print("gate call delivered \(call.at.timeIntervalSince(back)) s after the receiver came back")
         #expect(call.at.timeIntervalSince(back) <= 5, "delivered \(call.at.timeIntervalSince(back)) s after the receiver came back")
         #expect(call.headers["idempotency-key"]?.hasPrefix("main-gate:car:") == true)
         var calls: [[String: Any]] = []
