@@ -225,14 +225,14 @@ public struct ReplayPage: Sendable {
         guard case .bool(true)? = root["ok"] else {
             throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
         }
-        guard case .number(let last)? = root["last_seq"], case .array(let items)? = root["messages"] else {
+        guard case .number(let number)? = root["last_seq"], let last = UInt64(exactly: number), case .array(let items)? = root["messages"] else {
             throw RPCErrorBody.badRequest("replay reply lacks last_seq or messages")
         }
         let messages = items.compactMap { item -> JournalMessage? in
-            guard case .object(let entry) = item, case .number(let seq)? = entry["seq"], case .string(let topic)? = entry["topic"],
-                  let payload = entry["payload"] else { return nil }
-            return JournalMessage(seq: UInt64(seq), topic: topic, payload: payload.encoded)
+            guard case .object(let entry) = item, case .number(let number)? = entry["seq"], let seq = UInt64(exactly: number),
+                  case .string(let topic)? = entry["topic"], let payload = entry["payload"] else { return nil }
+            return JournalMessage(seq: seq, topic: topic, payload: payload.encoded)
         }
-        return ReplayPage(lastSeq: UInt64(last), messages: messages)
+        return ReplayPage(lastSeq: last, messages: messages)
     }
 }

@@ -213,7 +213,7 @@ public enum EventsRPC {
         guard case .object(let root) = try JSONValue.parse(reply), case .bool(true)? = root["ok"] else {
             throw RPCErrorBody(code: "events.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
         }
-        guard case .number(let last)? = root["last_seq"], case .array(let items)? = root["events"] else {
+        guard case .number(let number)? = root["last_seq"], let last = UInt64(exactly: number), case .array(let items)? = root["events"] else {
             throw RPCErrorBody.badRequest("events reply lacks last_seq or events")
         }
         var events: [LoggedEvent] = []
@@ -221,7 +221,7 @@ public enum EventsRPC {
             guard let event = LoggedEvent(line: item.encoded[...]) else { throw RPCErrorBody.badRequest("events reply holds an unreadable event") }
             events.append(event)
         }
-        return (events, UInt64(last))
+        return (events, last)
     }
 }
 

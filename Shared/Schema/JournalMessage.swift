@@ -133,14 +133,14 @@ public struct LoggedEvent: Sendable, Equatable {
     /// Reads one line as `writeLine` wrote it (without its newline); nil if it is not one.
     public init?(line: ArraySlice<UInt8>) {
         guard case .object(let object)? = try? JSONValue.parse(Array(line)),
-              case .number(let seq)? = object["seq"], seq >= 1, seq == seq.rounded(),
+              case .number(let number)? = object["seq"], let seq = UInt64(exactly: number), seq >= 1,
               case .string(let type)? = object["type"], case .string(let id)? = object["id"],
               case .string(let timeText)? = object["time"], let time = RFC3339.parse(timeText),
               let payload = object["payload"]
         else { return nil }
         var device: String?
         if case .string(let value)? = object["device"] { device = value }
-        self.init(seq: UInt64(seq), type: type, device: device, id: id, time: time, payload: payload.encoded)
+        self.init(seq: seq, type: type, device: device, id: id, time: time, payload: payload.encoded)
     }
 
     /// The bus topic it was published on.

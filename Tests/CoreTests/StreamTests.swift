@@ -131,6 +131,15 @@ import Testing
         #expect(throws: EventJournal.Failure.self) { try EventJournal(path: path) }
     }
 
+    @Test func aLineWithASeqNoJournalHoldsIsUnreadableNotATrap() {
+        // Found by the fuzzer: 1e30 does not fit a UInt64, and converting it trapped.
+        for seq in ["1e30", "-1", "0", "1.5", "18446744073709551616"] {
+            let line = #"{"seq":\#(seq),"type":"trip.ended","id":"a","time":"2026-01-01T00:00:00.000Z","payload":{}}"#
+            #expect(LoggedEvent(line: Array(line.utf8)[...]) == nil, "\(seq)")
+        }
+        #expect(LoggedEvent(line: Array(#"{"seq":7,"type":"trip.ended","id":"a","time":"2026-01-01T00:00:00.000Z","payload":{}}"#.utf8)[...])?.seq == 7)
+    }
+
     @Test func anInvalidEventIsRefusedAndNothingIsWritten() async throws {
         let dir = TempDir()
         let journal = try EventJournal(path: dir.path + "/t.events")
