@@ -116,8 +116,9 @@ struct Messages {
             #expect(error.errno == ETIMEDOUT)
             #expect(error.endpoint == "ipc://\(dir.path)/nobody.rpc")
         }
-        // It gives up instead of waiting forever (generous: the suite runs tests in parallel).
-        #expect(started.duration(to: .now) < .seconds(10))
+        // It gives up instead of waiting forever. Generous: the suite runs tests in parallel on
+        // two cores, and a saturated machine once took 13.8 s to get here.
+        #expect(started.duration(to: .now) < .seconds(60))
         await loop.shutdown()
     }
 
