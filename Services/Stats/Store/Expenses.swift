@@ -249,6 +249,9 @@ enum Ledger {
     static func csvFields(_ line: Substring) -> [String]? {
         var fields: [String] = []
         var current = ""
+        // Whether `current` holds anything but spaces and tabs: kept as characters arrive, since
+        // trimming it at every quote made a line of many quotes quadratic (found by the fuzzer).
+        var currentIsBlank = true
         var quoted = false, wasQuoted = false
         var iterator = line.makeIterator()
         while let character = iterator.next() {
@@ -258,23 +261,27 @@ enum Ledger {
                     var lookahead = iterator
                     if lookahead.next() == "\"" {
                         current.append("\"")
+                        currentIsBlank = false
                         iterator = lookahead
                     } else {
                         quoted = false
                     }
                 } else {
                     current.append(character)
+                    if character != " " && character != "\t" { currentIsBlank = false }
                 }
             } else if character == "," {
                 fields.append(current)
                 current = ""
+                currentIsBlank = true
                 wasQuoted = false
-            } else if character == "\"", !wasQuoted, current.trimmingCharacters(in: .whitespaces).isEmpty {
+            } else if character == "\"", !wasQuoted, currentIsBlank {
                 current = ""
                 quoted = true
                 wasQuoted = true
             } else {
                 current.append(character)
+                if character != " " && character != "\t" { currentIsBlank = false }
             }
         }
         guard !quoted else { return nil }
