@@ -8,7 +8,11 @@ public final class HTTPConnection {
     private let fd: Int32
 
     public init(port: Int) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        // The descriptor is stored only once connected: an init that throws after storing it
+        // would close it twice (here and in deinit), and the second close can hit a descriptor
+        // number libzmq has reused meanwhile, which aborts the process.
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EMFILE) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_port = UInt16(port).bigEndian
@@ -20,6 +24,7 @@ public final class HTTPConnection {
             close(fd)
             throw POSIXError(.ECONNREFUSED)
         }
+        self.fd = fd
     }
 
     deinit { close(fd) }
