@@ -53,12 +53,23 @@ final class StatsRecorder: Service, Sendable {
 
     func run() async throws {
         let cursor = try await store.journalCursor()
-        seq.store(cursor.seq, ordering: .relaxed)
+        // The derivations resume where their saved state was taken. Without a state that decodes
+        // (stats killed before its first save, or a state from an older build) they start from
+        // the journal's beginning: fresh derivations fed from the middle would open a trip there.
+        // Rows already stored are stored again unchanged (ids).
+        var from: UInt64 = 0
         if let state = cursor.state {
             let decoder = JSONDecoder()
             decoder.userInfo = CheckpointConfiguration.userInfo(tripsConfiguration, scorerConfiguration)
-            if let restored = try? decoder.decode(StatsDerivations.self, from: state) { derivations.withLock { $0 = restored } }
+            do {
+                let restored = try decoder.decode(StatsDerivations.self, from: state)
+                derivations.withLock { $0 = restored }
+                from = cursor.seq
+            } catch {
+                context.logger.warning("saved derivations not usable, deriving from the journal's start: \(error)")
+            }
         }
+        seq.store(from, ordering: .relaxed)
         let heartbeats = try await context.bus.subscribe(["svc.heartbeat."])
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask {
@@ -71,7 +82,7 @@ final class StatsRecorder: Service, Sendable {
                 group.addTask { try await self.follow(source, from: from) }
             }
             try await StreamFollower(source: .journal, bus: context.bus, logger: context.logger).run(
-                from: cursor.seq, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
+                from: from, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
             ) { messages, _ in try await self.storeJournal(messages) }
             group.cancelAll()
         }
