@@ -95,6 +95,7 @@ public final class EventJournal: Sendable {
         state.withLock { state in
             var bytes: [UInt8] = []
             var logged: [LoggedEvent] = []
+            var starts: [Int] = []  // where each line starts in `bytes`
             var ids = Set<String>()
             for event in events where !state.recentSet.contains(event.id) && ids.insert(event.id).inserted {
                 guard Topic.isValidType(event.type), event.device.map(DeviceID.isValid) ?? true, LoggedEvent.isValidID(event.id) else {
@@ -103,6 +104,7 @@ public final class EventJournal: Sendable {
                 let entry = LoggedEvent(
                     seq: state.lastSeq + UInt64(logged.count) + 1, type: event.type, device: event.device, id: event.id, time: time,
                     payload: event.payload)
+                starts.append(bytes.count)
                 entry.writeLine(to: &bytes)
                 logged.append(entry)
             }
@@ -115,13 +117,11 @@ public final class EventJournal: Sendable {
                 _ = ftruncate(fd, off_t(state.end))
                 return .failure(.io("\(path): \(reason)"))
             }
-            var offset = state.end
-            for entry in logged {
-                state.offsets.append(offset)
+            for (entry, start) in zip(logged, starts) {
+                state.offsets.append(state.end + Int64(start))
                 state.remember(entry.id)
-                offset += Int64(entry.lineLength)
             }
-            state.end = offset
+            state.end += Int64(bytes.count)
             return .success(logged)
         }
     }

@@ -104,13 +104,6 @@ public struct LoggedEvent: Sendable, Equatable {
             && id.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }
     }
 
-    /// The bytes `writeLine` appends, newline included.
-    public var lineLength: Int {
-        var bytes: [UInt8] = []
-        writeLine(to: &bytes)
-        return bytes.count
-    }
-
     /// One JSON line. Type, device and id are validated ASCII, and the payload is JSON already.
     public func writeLine(to out: inout [UInt8]) {
         out.append(contentsOf: #"{"seq":"#.utf8)

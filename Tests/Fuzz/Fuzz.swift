@@ -218,10 +218,9 @@ public enum Fuzz {
         ]
         var mutator = Mutator(seed: seed)
         let corpus = samples.map(\.bytes)
-        for index in 0..<cases {
+        for _ in 0..<cases {
             let sample = mutator.pick(samples)
             _ = try? TrackFiles.read(Data(mutator.mutate(sample.bytes, corpus: corpus)), name: sample.name)
-            _ = index
         }
         var report = FuzzReport(target: "files", cases: cases)
         report.seconds = started.duration(to: .now).inSeconds

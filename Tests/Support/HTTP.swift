@@ -1,3 +1,4 @@
+import DrivebusKit
 import DrivebusSchema
 import Foundation
 import Synchronization
@@ -113,9 +114,9 @@ public final class HTTPConnection {
             }.start()
         }
         group.wait()
-        let elapsed = started.duration(to: .now)
+        let elapsed = started.duration(to: .now).inSeconds
         guard failures.load(ordering: .relaxed) == 0 else { throw POSIXError(.EIO) }
-        return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        return elapsed
     }
 }
 
