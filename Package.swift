@@ -105,7 +105,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "CheckoutCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTrackFormats"], path: "Services/Ingest/Core"),

@@ -127,7 +127,7 @@ extension DrivebusConfig {
         config.stats.maxGapS = try stats.double("max_gap_s", default: config.stats.maxGapS, in: 1...31_536_000)
         config.checkout = try parseCheckout(top.mapping("checkout", allowed: [
             "grace_period_s", "lead_time_s", "min_confidence", "max_ride_s", "riding_speed_mps",
-            "walking_speed_min_mps", "walking_speed_max_mps", "max_accuracy_m", "motion_memory_s",
+            "walking_speed_max_mps", "walk_confirm_s", "walk_min_distance_m", "max_accuracy_m",
         ]))
         config.geofence = try parseGeofence(top, devices: config.devices)
         config.trips = try parseTrips(top)
@@ -317,10 +317,10 @@ extension DrivebusConfig {
         }
         checkout.maxRideS = try section.double("max_ride_s", default: checkout.maxRideS, in: 60...604_800)
         checkout.ridingSpeedMps = try section.double("riding_speed_mps", default: checkout.ridingSpeedMps, in: 0.5...100)
-        checkout.walkingSpeedMinMps = try section.double("walking_speed_min_mps", default: checkout.walkingSpeedMinMps, in: 0...checkout.ridingSpeedMps)
-        checkout.walkingSpeedMaxMps = try section.double("walking_speed_max_mps", default: checkout.walkingSpeedMaxMps, in: checkout.walkingSpeedMinMps...checkout.ridingSpeedMps)
+        checkout.walkingSpeedMaxMps = try section.double("walking_speed_max_mps", default: checkout.walkingSpeedMaxMps, in: 0.1...checkout.ridingSpeedMps)
+        checkout.walkConfirmS = try section.double("walk_confirm_s", default: checkout.walkConfirmS, in: 10...3600)
+        checkout.walkMinDistanceM = try section.double("walk_min_distance_m", default: checkout.walkMinDistanceM, in: 0...10_000)
         checkout.maxAccuracyM = try section.double("max_accuracy_m", default: checkout.maxAccuracyM, in: 1...100_000)
-        checkout.motionMemoryS = try section.double("motion_memory_s", default: checkout.motionMemoryS, in: 0...31_536_000)
         return checkout
     }
 

@@ -5,7 +5,7 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
     public enum Reason: String, Codable, Sendable, CaseIterable {
         /// A sustained walking or running motion activity.
         case walking, running
-        /// Riding speeds, then walking pace, from location fixes (phones without motion data).
+        /// The taxi stopped, then the fixes showed the rider on foot, away from it.
         case fixes
         /// Nothing else decided within `max_ride_s`.
         case maxRide = "max_ride"
@@ -17,16 +17,24 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
     public var checkinTime: Date
     public var checkoutTime: Date
     public var reason: Reason
-    /// The motion sample's confidence for `walking` and `running`; null for `fixes` and `max_ride`.
+    /// The motion sample's confidence for `walking` and `running`; for `fixes`, `high` when the
+    /// rider got twice `walk_min_distance_m` away, else `medium`; null for `max_ride`.
     public var confidence: MotionSample.Confidence?
     /// `checkout_time - checkin_time`, in seconds.
     public var rideS: Double
     /// Distance along the ride's fixes up to `checkout_time`; omitted when there were none.
     public var rideDistanceM: Double?
+    /// How far the rider had walked when it was decided: for `fixes`, from the stop in a straight
+    /// line beyond the fixes' accuracy; for a motion walk, along the fixes since it began.
+    public var walkedM: Double?
+    /// The ride's time when the evidence sufficed (a fix's or sample's time, or the clock):
+    /// `checkout_time` is found after the fact, this is when it was known.
+    public var decidedAt: Date?
 
     public init(
         device: String, checkinSeq: UInt64?, checkinTime: Date, checkoutTime: Date, reason: Reason,
-        confidence: MotionSample.Confidence?, rideS: Double, rideDistanceM: Double?
+        confidence: MotionSample.Confidence?, rideS: Double, rideDistanceM: Double?,
+        walkedM: Double? = nil, decidedAt: Date? = nil
     ) {
         self.device = device
         self.checkinSeq = checkinSeq
@@ -36,6 +44,8 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         self.confidence = confidence
         self.rideS = rideS
         self.rideDistanceM = rideDistanceM
+        self.walkedM = walkedM
+        self.decidedAt = decidedAt
     }
 
     enum CodingKeys: String, CodingKey {
@@ -45,6 +55,8 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         case checkoutTime = "checkout_time"
         case rideS = "ride_s"
         case rideDistanceM = "ride_distance_m"
+        case walkedM = "walked_m"
+        case decidedAt = "decided_at"
     }
 
     // Written by hand so that `confidence` is always present (null when the reason has none),
@@ -59,5 +71,7 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         try container.encode(confidence, forKey: .confidence)
         try container.encode(rideS, forKey: .rideS)
         try container.encodeIfPresent(rideDistanceM, forKey: .rideDistanceM)
+        try container.encodeIfPresent(walkedM, forKey: .walkedM)
+        try container.encodeIfPresent(decidedAt, forKey: .decidedAt)
     }
 }

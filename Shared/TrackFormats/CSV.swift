@@ -77,14 +77,14 @@ struct LineReader {
 }
 
 /// CSV with a header line: `timestamp|time, latitude|lat, longitude|lon, speed|speed_mps?,
-/// altitude|ele|altitude_m?, bearing|course|course_deg?` in any order, other columns ignored.
+/// altitude|ele|altitude_m?, bearing|course|course_deg?, accuracy|accuracy_m?` in any order, other columns ignored.
 /// Cells may be quoted (`"…"`, `""` for a quote); blank lines are skipped. An empty cell is a
 /// value not given; a row without a time is a point without one. A cell cannot hold a line break.
 final class CSVTrackReader: FormatReader {
     private var lines: LineReader
     private var columns: [String] = []
     private var time = 0, lat = 0, lon = 0
-    private var speed: Int?, altitude: Int?, course: Int?
+    private var speed: Int?, altitude: Int?, course: Int?, accuracy: Int?
     private var readHeader = false
 
     init(source: ByteSource, limits: TrackLimits) {
@@ -117,6 +117,7 @@ final class CSVTrackReader: FormatReader {
         speed = column("speed", "speed_mps")
         altitude = column("altitude", "ele", "altitude_m")
         course = column("bearing", "course", "course_deg")
+        accuracy = column("accuracy", "accuracy_m")
         readHeader = true
     }
 
@@ -151,6 +152,7 @@ final class CSVTrackReader: FormatReader {
         }
         point.speedMps = try number(speed)
         point.courseDeg = try number(course)
+        point.accuracyM = try number(accuracy)
         return point
     }
 

@@ -101,6 +101,8 @@ public final class TrackReader {
         public var elevationM: Double?
         public var speedMps: Double?
         public var courseDeg: Double?
+        /// Horizontal accuracy, in metres (CSV only).
+        public var accuracyM: Double?
         /// Where it is in the file, for messages: `trkpt 40 (line 44)`, `line 12`, `features[3]`.
         public var location: String
         /// The index of its track (see `Track`), or `nil` for a point on its own: a CSV row, a

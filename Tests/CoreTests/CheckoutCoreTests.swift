@@ -2,6 +2,7 @@ import CheckoutCore
 import DrivebusGeo
 import DrivebusSchema
 import DrivebusTestSupport
+import DrivebusTestbed
 import Foundation
 import Testing
 
@@ -20,25 +21,30 @@ struct CheckoutFeed {
     var seq: UInt64 = 0
     var inputs: [CheckoutInput] = []
 
-    private mutating func next() -> UInt64 {
+    mutating func nextSeq() -> UInt64 {
         seq += 1
         return seq
     }
 
     mutating func checkin(_ t: Double, device: String = "rider") {
-        inputs.append(.checkin(TaxiCheckin(seq: next(), device: device, time: checkoutAt(t))))
+        inputs.append(.checkin(TaxiCheckin(seq: nextSeq(), device: device, time: checkoutAt(t))))
     }
 
     mutating func motion(_ t: Double, _ activity: MotionSample.Activity, _ confidence: MotionSample.Confidence = .high, device: String = "rider") {
-        inputs.append(.motion(MotionSample(seq: next(), device: device, start: checkoutAt(t), activity: activity, confidence: confidence, source: .api)))
+        inputs.append(.motion(MotionSample(seq: nextSeq(), device: device, start: checkoutAt(t), activity: activity, confidence: confidence, source: .api)))
     }
 
     mutating func fix(_ t: Double, x: Double, speed: Double?, device: String = "rider") {
         let position = checkoutPosition(x)
-        inputs.append(.fix(Fix(seq: next(), device: device, time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: speed, source: .api)))
+        inputs.append(.fix(Fix(seq: nextSeq(), device: device, time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: speed, source: .api)))
     }
 
     mutating func tick(_ t: Double) { inputs.append(.tick(now: checkoutAt(t))) }
+
+    /// A running service's ticks, one every `every` seconds from `from` through `through`.
+    mutating func ticks(from: Double, through: Double, every: Double = 1) {
+        for t in stride(from: from, through: through, by: every) { tick(t) }
+    }
 
     /// A taxi ride by fixes every 10 s: riding east at 10 m/s from `start` to `stop`, standing for
     /// 50 s (paying), then walking on at 1.4 m/s until `end`. `speeds` says what the phone reports.
@@ -131,7 +137,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         let out = checkoutRun(feed.inputs)
         #expect(out == [TaxiCheckout(
             device: "rider", checkinSeq: 1, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(900),
-            reason: .walking, confidence: .high, rideS: 900, rideDistanceM: nil)])
+            reason: .walking, confidence: .high, rideS: 900, rideDistanceM: nil, decidedAt: checkoutAt(960))])
     }
 
     @Test func aLowConfidenceWalkDoesNotCount() {
@@ -168,18 +174,18 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(out.first?.rideS == 1200)
     }
 
-    @Test func theLastSampleLastsUntilNow() {
+    @Test func theLastSampleLastsWhileTheDeviceIsSilent() {
         var feed = CheckoutFeed()
         feed.checkin(0)
         feed.motion(30, .automotive)
         feed.motion(900, .walking)
-        feed.tick(959.999)
-        let live = checkoutRun(feed.inputs)
-        #expect(live.isEmpty)
-        feed.tick(960)
+        feed.ticks(from: 900, through: 959)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+        feed.tick(960)  // 60 s of ticks since the walk's sample: silence proves it lasted
         let out = checkoutRun(feed.inputs)
         #expect(out.count == 1)
         #expect(out.first?.checkoutTime == checkoutAt(900))
+        #expect(out.first?.decidedAt == checkoutAt(960))
         #expect(out.first?.rideS == 900)
 
         // A replay without the ticks: the next sample decides the same check-out, same id.
@@ -189,7 +195,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         replay.motion(900, .walking)
         replay.motion(1100, .stationary)
         let replayed = checkoutRun(replay.inputs)
-        #expect(replayed == out)
+        #expect(replayed.map(\.checkoutTime) == out.map(\.checkoutTime))
         #expect(replayed.first?.eventID == "taxi.checkout-rider-1")
 
         // A fix's time proves nothing about the newest sample: Overland journals a batch's fixes
@@ -199,28 +205,42 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         fixes.motion(900, .walking)
         fixes.fix(2000, x: 0, speed: 1.4)
         #expect(checkoutRun(fixes.inputs).isEmpty)
+
+        // Ticks far apart are the service down or catching up: a few seconds each, no more.
+        var restarted = CheckoutFeed()
+        restarted.checkin(0)
+        restarted.motion(900, .walking)
+        restarted.tick(901)
+        restarted.tick(5000)
+        restarted.tick(9000)
+        #expect(checkoutRun(restarted.inputs).isEmpty)
     }
 
     // MARK: max_ride
 
-    @Test func maxRideByTick() {
+    @Test func maxRideInTheRidesOwnTime() {
+        // No data after the ride's start: the deadline passes only after that much silence.
         var feed = CheckoutFeed()
         feed.checkin(0)
         feed.motion(30, .automotive)
-        feed.tick(21_599.999)
+        feed.ticks(from: 30, through: 21_595, every: 5)
         #expect(checkoutRun(feed.inputs).isEmpty)
         feed.tick(21_600)
-        feed.tick(21_700)
+        feed.tick(21_605)
         let out = checkoutRun(feed.inputs)
         #expect(out == [TaxiCheckout(
             device: "rider", checkinSeq: 1, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(21_600),
-            reason: .maxRide, confidence: nil, rideS: 21_600, rideDistanceM: nil)])
-        // A tick at another moment gives the same check-out.
+            reason: .maxRide, confidence: nil, rideS: 21_600, rideDistanceM: nil, decidedAt: checkoutAt(21_600))])
+
+        // A check-in given a time in the past: the wall clock a day later does not end the ride
+        // before its own fixes arrive.
         var late = CheckoutFeed()
         late.checkin(0)
-        late.motion(30, .automotive)
-        late.tick(30_000)
-        #expect(checkoutRun(late.inputs) == out)
+        late.tick(86_400 * 3)
+        late.tick(86_400 * 3 + 1)
+        late.checkoutRide(from: 0, stop: 300, end: 480, speeds: .reported)
+        late.tick(86_400 * 3 + 2)
+        #expect(checkoutRun(late.inputs).map(\.reason) == [.fixes])
     }
 
     @Test func maxRideWaitsForAWalkThatStartedBeforeIt() {
@@ -228,16 +248,15 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         feed.checkin(0)
         feed.motion(30, .automotive)
         feed.motion(21_590, .walking)
-        feed.tick(21_600)
+        feed.ticks(from: 21_590, through: 21_600)
         #expect(checkoutRun(feed.inputs).isEmpty)
         var proven = feed
-        proven.tick(21_650)
+        proven.ticks(from: 21_601, through: 21_650)
         #expect(checkoutRun(proven.inputs).map(\.checkoutTime) == [checkoutAt(21_590)])
         #expect(checkoutRun(proven.inputs).map(\.reason) == [.walking])
 
         var refuted = feed
         refuted.motion(21_620, .automotive)
-        refuted.tick(21_625)
         let out = checkoutRun(refuted.inputs)
         #expect(out.map(\.reason) == [.maxRide])
         #expect(out.map(\.checkoutTime) == [checkoutAt(21_600)])
@@ -271,20 +290,122 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         var out: [TaxiCheckout] = []
         for input in feed.inputs {
             out += detector.handle(input)
-            // Decided by the fix 60 s after the first walking one, and not before.
+            // The taxi stands from 310; the rider walks from 360 and is 42 m from the stop at
+            // 380, beyond the 30 m and the fixes' 5 m accuracy: decided then, and not before.
             if case .fix(let fix) = input {
-                #expect(out.isEmpty == (fix.time < checkoutAt(420)), "\(fix.time)")
+                #expect(out.isEmpty == (fix.time < checkoutAt(380)), "\(fix.time)")
             }
         }
         #expect(out.count == 1)
         #expect(out.first?.reason == .fixes)
-        #expect(out.first?.confidence == nil)
-        #expect(out.first?.checkoutTime == checkoutAt(360))
-        #expect(out.first?.rideS == 360)
-        let expected = checkoutDistance(feed.inputs, until: checkoutAt(360))
+        #expect(out.first?.confidence == .medium)
+        #expect(out.first?.checkoutTime == checkoutAt(310))
+        #expect(out.first?.decidedAt == checkoutAt(380))
+        #expect(out.first?.rideS == 310)
+        #expect(abs(out.first!.walkedM! - (Geo.distance(checkoutPosition(3000), checkoutPosition(3042)) - 5)) <= 0.051)
+        let expected = checkoutDistance(feed.inputs, until: checkoutAt(310))
         #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
-        #expect(abs(expected - 3014) < 1)
+        #expect(abs(expected - 3000) < 1)
         #expect(detector.openCheckins == 0)
+    }
+
+    /// 1 Hz fixes with a phone's error: a slowly drifting offset plus fresh noise, metres each.
+    struct NoisyPhone {
+        var random = SplitMix64(seed: 7)
+        var drift = (x: 0.0, y: 0.0)
+
+        mutating func noise(_ scale: Double) -> Double { random.uniform(scale) }
+
+        mutating func fix(_ feed: inout CheckoutFeed, _ t: Double, x: Double, y: Double = 0, speed: Double?, accuracy: Double = 8) {
+            drift.x = 0.9 * drift.x + noise(1.5)
+            drift.y = 0.9 * drift.y + noise(1.5)
+            let position = checkoutStreet.unproject(x: x + drift.x + noise(1), y: y + drift.y + noise(1))
+            feed.inputs.append(.fix(Fix(
+                seq: feed.nextSeq(), device: "rider", time: checkoutAt(t), lat: position.lat, lon: position.lon,
+                accuracyM: accuracy, speedMps: speed, source: .api)))
+        }
+    }
+
+    @Test(arguments: [true, false])
+    func aWalkWithPausesAndJitterChecksOutWhereTheTaxiStopped(reportsSpeed: Bool) {
+        var phone = NoisyPhone()
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        var x = 0.0
+        for t in stride(from: 0.0, through: 299, by: 1) {  // riding at 12 m/s
+            x += 12
+            phone.fix(&feed, t, x: x, speed: reportsSpeed ? 12 : nil)
+        }
+        for t in stride(from: 300.0, through: 339, by: 1) {  // stopped, paying, for 40 s
+            phone.fix(&feed, t, x: x, speed: reportsSpeed ? 0 : nil)
+        }
+        var y = 0.0
+        for t in stride(from: 340.0, through: 600, by: 1) {  // walking off the road, with a wait
+            let waiting = (400.0..<425).contains(t)
+            if !waiting { y += 1.3 }
+            // The phone says 0 at walking pace half the time.
+            phone.fix(&feed, t, x: x, y: y, speed: reportsSpeed ? (Int(t) % 2 == 0 ? 0 : (waiting ? 0 : 1.3)) : nil)
+        }
+        let out = checkoutRun(feed.inputs)
+        #expect(out.count == 1)
+        #expect(out.first?.reason == .fixes)
+        let stopped = out.first.map { $0.checkoutTime.timeIntervalSince(checkoutAt(300)) } ?? .nan
+        #expect(stopped >= 0 && stopped <= 5, "checked out \(stopped) s after the taxi stopped")
+    }
+
+    @Test func aTaxiInAJamWithDriftingGPSDoesNotCheckOut() {
+        var phone = NoisyPhone()
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        var x = 0.0
+        var t = 0.0
+        func drive(_ seconds: Double, _ speed: Double, accuracy: Double = 8) {
+            for _ in 0..<Int(seconds) {
+                t += 1
+                x += speed
+                phone.fix(&feed, t, x: x, speed: nil, accuracy: accuracy)
+            }
+        }
+        drive(200, 12)
+        for _ in 0..<10 {  // stop and go for 5 minutes: 24 s standing, 6 s at 4 m/s
+            drive(24, 0)
+            drive(6, 4)
+        }
+        drive(180, 0, accuracy: 25)  // three minutes at a light, the fixes wandering
+        drive(300, 12)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+    }
+
+    @Test func aReplayedOldRideChecksOutAsLive() {
+        var phone = NoisyPhone()
+        var ride = CheckoutFeed()
+        ride.checkin(0)
+        var x = 0.0
+        for t in stride(from: 0.0, through: 600, by: 5) {
+            if t < 400 { x += 60 } else if t >= 430 { x += 7 }
+            phone.fix(&ride, t, x: x, speed: nil)
+        }
+        // Live: the ticks of a running service in between, one a second.
+        var live = CheckoutFeed()
+        for input in ride.inputs {
+            if case .fix(let fix) = input {
+                let t = fix.time.timeIntervalSince(checkoutT0)
+                live.ticks(from: t - 4, through: t)
+            }
+            live.inputs.append(input)
+        }
+        // Imported three days later: ticks of today's clock between batches of 20.
+        var imported = CheckoutFeed()
+        for (index, input) in ride.inputs.enumerated() {
+            if index % 20 == 0 { imported.tick(3 * 86_400 + Double(index / 20)) }
+            imported.inputs.append(input)
+        }
+        let replayed = checkoutRun(ride.inputs)
+        #expect(replayed.count == 1)
+        #expect(replayed.first?.reason == .fixes)
+        #expect(replayed.first?.checkoutTime == checkoutAt(400))
+        #expect(checkoutRun(live.inputs) == replayed)
+        #expect(checkoutRun(imported.inputs) == replayed)
     }
 
     @Test func fixesNeedARideFirst() {
@@ -315,29 +436,36 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
 
     // MARK: Motion and fixes together
 
-    @Test func motionWinsOverFixesThatWouldCheckOutEarlier() {
-        // An iOS phone: it sent motion before the check-in, so the fixes rule is off for the ride,
-        // even though Overland journals each batch's fixes before its motion samples.
+    @Test func aMotionDeviceIsNotDeafToItsFixes() {
+        // An iPhone that sent motion, but no walking sample after the ride: the fixes decide.
         var feed = CheckoutFeed()
         feed.motion(-120, .walking)
         feed.checkin(0)
-        feed.checkoutRide(from: 0, stop: 300, end: 700, speeds: .reported)  // fixes: out at 360
         feed.motion(30, .automotive)
-        feed.motion(360, .stationary)
-        feed.motion(500, .walking)
-        feed.motion(600, .stationary)
+        feed.checkoutRide(from: 0, stop: 300, end: 480, speeds: .reported)
         let out = checkoutRun(feed.inputs)
-        #expect(out.count == 1)
-        #expect(out.first?.reason == .walking)
-        #expect(out.first?.checkoutTime == checkoutAt(500))
-        #expect(out.first?.rideS == 500)
-        // Fixes exist, so the distance is there: 3000 m of ride and 140 s of walking at 1.4 m/s.
-        let expected = checkoutDistance(feed.inputs, until: checkoutAt(500))
-        #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
+        #expect(out.map(\.reason) == [.fixes])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(310)])
     }
 
-    @Test func motionWinsOverFixesThatWouldCheckOutLater() {
-        // No motion before the check-in; the first sample during the ride turns the fixes rule off.
+    @Test func aVehicleSampleDuringASlowStretchIsTraffic() {
+        // Crawling at walking pace after the ride, while the phone says automotive: no check-out
+        // from those fixes; the walk later is found by motion.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.fix(0, x: 0, speed: 10)
+        feed.fix(10, x: 100, speed: 10)
+        for t in stride(from: 20.0, through: 70, by: 10) { feed.fix(t, x: 100 + (t - 10) * 1.2, speed: 1.2) }
+        feed.motion(25, .automotive)
+        for t in stride(from: 80.0, through: 150, by: 10) { feed.fix(t, x: 172 + (t - 70) * 1.2, speed: 1.2) }
+        feed.motion(160, .walking)
+        feed.motion(230, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.map(\.reason) == [.walking])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(160)])
+    }
+
+    @Test func whicheverEvidenceSufficesFirstDecides() {
         var feed = CheckoutFeed()
         feed.checkin(0)
         feed.fix(0, x: 0, speed: 10)
@@ -347,21 +475,17 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         feed.motion(100, .automotive)
         feed.fix(200, x: 1000, speed: 10)
         feed.motion(300, .walking)
-        feed.fix(310, x: 2000, speed: 1.4)
-        for t in stride(from: 320.0, through: 500, by: 10) { feed.fix(t, x: 2000 + (t - 310) * 1.4, speed: 1.4) }
-        feed.motion(420, .stationary)
+        for t in stride(from: 310.0, through: 360, by: 10) { feed.fix(t, x: 1000 + (t - 300) * 1.4, speed: 1.4) }
+        feed.motion(370, .stationary)  // the motion walk lasted 70 s: decided before the fixes
+        for t in stride(from: 370.0, through: 500, by: 10) { feed.fix(t, x: 1000 + (t - 300) * 1.4, speed: 1.4) }
         let out = checkoutRun(feed.inputs)
         #expect(out.map(\.reason) == [.walking])
         #expect(out.map(\.checkoutTime) == [checkoutAt(300)])
         #expect(out.map(\.rideS) == [300])
-    }
-
-    @Test func aDeviceWhoseMotionIsOldUsesFixes() {
-        var feed = CheckoutFeed()
-        feed.motion(-100_000, .walking)  // more than motion_memory_s before
-        feed.checkin(0)
-        feed.checkoutRide(from: 0, stop: 300, end: 480, speeds: .reported)
-        #expect(checkoutRun(feed.inputs).map(\.reason) == [.fixes])
+        #expect(out.map(\.decidedAt) == [checkoutAt(370)])
+        // Along the fixes from the walk's start to the newest fix (360, at x = 1084): the start is
+        // interpolated between the fixes at 200 (x = 1000) and 310 (x = 1014).
+        #expect(abs(out.first!.walkedM! - (84 - 14 * 100 / 110)) <= 0.06)
     }
 
     // MARK: Check-ins
@@ -383,7 +507,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         let second = checkoutRun(Array(feed.inputs.dropFirst(4)), &detector)
         #expect(second == [TaxiCheckout(
             device: "rider", checkinSeq: 4, checkinTime: checkoutAt(1000), checkoutTime: checkoutAt(1700),
-            reason: .walking, confidence: .high, rideS: 700, rideDistanceM: nil)])
+            reason: .walking, confidence: .high, rideS: 700, rideDistanceM: nil, decidedAt: checkoutAt(1800))])
         #expect(second.map(\.eventID) == ["taxi.checkout-rider-4"])
         #expect(detector.openCheckins == 0)
 
@@ -405,9 +529,9 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         feed.motion(35, .automotive, device: "b")
         feed.motion(400, .walking, device: "b")
         feed.motion(500, .walking, device: "a")
-        feed.tick(700)
+        feed.ticks(from: 500, through: 560)
         let out = checkoutRun(feed.inputs)
-        // One tick, two check-outs, in device order.
+        // One tick proves both walks: two check-outs, in device order.
         #expect(out.map(\.device) == ["a", "b"])
         #expect(out.map(\.checkoutTime) == [checkoutAt(500), checkoutAt(400)])
         #expect(out.map(\.rideS) == [500, 395])
@@ -423,21 +547,21 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         feed.checkin(0, device: "android")
         feed.motion(40, .automotive, device: "ios")
         feed.checkoutRide(from: 0, stop: 300, end: 500, speeds: .none, device: "android")
-        feed.tick(500)
+        feed.ticks(from: 500, through: 505)
         feed.motion(800, .walking, device: "ios")
         feed.motion(820, .stationary, device: "ios")
         feed.motion(900, .walking, device: "ios")
-        feed.tick(930)
+        feed.ticks(from: 900, through: 960)
         feed.checkin(1000, device: "android")
         feed.fix(1010, x: 0, speed: 12, device: "android")
-        feed.tick(1000)
+        feed.ticks(from: 1011, through: 1019)
         feed.fix(1020, x: 120, speed: 12, device: "android")
-        feed.tick(960)
         feed.checkin(2000, device: "ios")
         feed.fix(2005, x: 0, speed: nil, device: "ios")
         feed.fix(2015, x: 90, speed: nil, device: "ios")
-        feed.tick(23_601)
-        feed.tick(23_700)
+        feed.ticks(from: 2016, through: 2030)
+        feed.fix(22_700, x: 1000, speed: 12, device: "android")
+        feed.fix(23_700, x: 1000, speed: 12, device: "ios")
         return feed.inputs
     }
 
@@ -449,7 +573,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
             "taxi.checkout-ios-62",
         ])
         #expect(out.map(\.reason) == [.fixes, .walking, .maxRide, .maxRide])
-        #expect(out.map(\.checkoutTime) == [checkoutAt(360), checkoutAt(900), checkoutAt(22_600), checkoutAt(23_600)])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(310), checkoutAt(900), checkoutAt(22_600), checkoutAt(23_600)])
         #expect(detector.openCheckins == 0)
     }
 
@@ -542,7 +666,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         }
         let odd: [Double] = [.nan, .infinity, -.infinity, 1e300, -5, 0, 1e-9]
         var configuration = CheckoutConfiguration()
-        configuration.walkingSpeedMinMps = 3  // above the maximum: nothing walks, nothing traps
+        configuration.walkingSpeedMaxMps = 0.1  // nothing walks, nothing traps
         configuration.gracePeriodS = .nan
         for round in 0..<2 {
             var detector = CheckoutDetector(configuration: round == 0 ? CheckoutConfiguration() : configuration)

@@ -6,22 +6,23 @@ import Foundation
 public struct CheckoutConfiguration: Sendable, Equatable, Codable {
     /// Walking that starts sooner than this after the check-in is walking *to* the taxi.
     public var gracePeriodS = 60.0
-    /// How long a walk (motion) or walking-pace fixes must last to count.
+    /// Motion rule: how long a walking or running activity must last to count.
     public var leadTimeS = 60.0
     /// Walking and running samples below this confidence do not count.
     public var minConfidence = MotionSample.Confidence.medium
-    /// With no check-out by then, the ride ends `max_ride` at check-in plus this.
+    /// With no check-out by then (in the ride's own time), the ride ends `max_ride`.
     public var maxRideS = 21_600.0
-    /// Fixes rule: a fix at least this fast means the taxi is moving.
+    /// Fixes rule: moving at least this fast (over `SpeedWindow.seconds`) means the taxi is moving.
     public var ridingSpeedMps = 5.0
-    /// Fixes rule: walking pace, inclusive.
-    public var walkingSpeedMinMps = 0.5
+    /// Fixes rule: faster than this (over the window) is not walking: a crawl in traffic.
     public var walkingSpeedMaxMps = 2.5
+    /// Fixes rule: how long after the taxi stopped the fixes must still show no vehicle.
+    public var walkConfirmS = 60.0
+    /// Fixes rule: how far from where the taxi stopped the rider must be by then, beyond the
+    /// fixes' accuracy.
+    public var walkMinDistanceM = 30.0
     /// Fixes less accurate than this are left out of the fixes rule and of `ride_distance_m`.
     public var maxAccuracyM = 100.0
-    /// A device that sent a motion sample at most this long before a check-in (or sends one
-    /// during the ride) is a motion device: its ride is decided by the motion rule only.
-    public var motionMemoryS = 86_400.0
 
     public init() {}
 
@@ -31,10 +32,10 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
         case minConfidence = "min_confidence"
         case maxRideS = "max_ride_s"
         case ridingSpeedMps = "riding_speed_mps"
-        case walkingSpeedMinMps = "walking_speed_min_mps"
         case walkingSpeedMaxMps = "walking_speed_max_mps"
+        case walkConfirmS = "walk_confirm_s"
+        case walkMinDistanceM = "walk_min_distance_m"
         case maxAccuracyM = "max_accuracy_m"
-        case motionMemoryS = "motion_memory_s"
     }
 
     public init(from decoder: any Decoder) throws {
@@ -45,9 +46,9 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
         minConfidence = try container.decodeIfPresent(MotionSample.Confidence.self, forKey: .minConfidence) ?? defaults.minConfidence
         maxRideS = try container.decodeIfPresent(Double.self, forKey: .maxRideS) ?? defaults.maxRideS
         ridingSpeedMps = try container.decodeIfPresent(Double.self, forKey: .ridingSpeedMps) ?? defaults.ridingSpeedMps
-        walkingSpeedMinMps = try container.decodeIfPresent(Double.self, forKey: .walkingSpeedMinMps) ?? defaults.walkingSpeedMinMps
         walkingSpeedMaxMps = try container.decodeIfPresent(Double.self, forKey: .walkingSpeedMaxMps) ?? defaults.walkingSpeedMaxMps
+        walkConfirmS = try container.decodeIfPresent(Double.self, forKey: .walkConfirmS) ?? defaults.walkConfirmS
+        walkMinDistanceM = try container.decodeIfPresent(Double.self, forKey: .walkMinDistanceM) ?? defaults.walkMinDistanceM
         maxAccuracyM = try container.decodeIfPresent(Double.self, forKey: .maxAccuracyM) ?? defaults.maxAccuracyM
-        motionMemoryS = try container.decodeIfPresent(Double.self, forKey: .motionMemoryS) ?? defaults.motionMemoryS
     }
 }

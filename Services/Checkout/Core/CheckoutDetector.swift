@@ -17,6 +17,8 @@ public struct CheckoutDetector: Sendable, Codable, Equatable {
     /// The highest journal seq handled; inputs at or below it are replays and are ignored.
     public private(set) var lastSeq: UInt64 = 0
     private var devices: [String: DeviceState] = [:]
+    /// The previous tick's wall-clock time.
+    private var clock: Date?
 
     public init(configuration: CheckoutConfiguration = CheckoutConfiguration()) {
         self.configuration = configuration
@@ -25,7 +27,7 @@ public struct CheckoutDetector: Sendable, Codable, Equatable {
     /// The configuration is not in the checkpoint: see `CheckpointConfiguration`.
     enum CodingKeys: String, CodingKey {
         case lastSeq = "last_seq"
-        case devices
+        case devices, clock
     }
 
     public init(from decoder: any Decoder) throws {
@@ -33,12 +35,14 @@ public struct CheckoutDetector: Sendable, Codable, Equatable {
         configuration = try CheckpointConfiguration.read(CheckoutConfiguration.self, from: decoder)
         lastSeq = try container.decode(UInt64.self, forKey: .lastSeq)
         devices = try container.decode([String: DeviceState].self, forKey: .devices)
+        clock = try container.decodeIfPresent(Date.self, forKey: .clock)
     }
 
     public func encode(to encoder: any Encoder) throws {
         var container = encoder.container(keyedBy: CodingKeys.self)
         try container.encode(lastSeq, forKey: .lastSeq)
         try container.encode(devices, forKey: .devices)
+        try container.encodeIfPresent(clock, forKey: .clock)
     }
 
     /// Check-ins still waiting for their check-out.
@@ -120,18 +124,28 @@ public struct CheckoutDetector: Sendable, Codable, Equatable {
     }
 
     private mutating func tick(_ now: Date) -> [TaxiCheckout] {
+        // A tick proves silence only since the previous one, and a few seconds at most: a gap
+        // between ticks is the service being down or catching up, when data may have been waiting.
+        let step = clock.map { min(max(now.timeIntervalSince($0), 0), Self.maxTickStepS) } ?? 0
+        clock = now
         var out: [TaxiCheckout] = []
         // Sorted, so that one tick's check-outs come in the same order on every run.
         for device in devices.keys.sorted() {
-            guard var state = devices[device], let ride = state.ride,
-                  let checkout = ride.expire(at: now, clock: true, configuration)
-            else { continue }
-            out.append(checkout)
-            state.ride = nil
+            guard var state = devices[device], var ride = state.ride else { continue }
+            ride.silentS += step
+            if let checkout = ride.expire(at: ride.provenTime, clock: true, configuration) {
+                out.append(checkout)
+                state.ride = nil
+            } else {
+                state.ride = ride
+            }
             devices[device] = state.isEmpty ? nil : state
         }
         return out
     }
+
+    /// The most one tick can add to a ride's observed silence.
+    static let maxTickStepS = 5.0
 }
 
 extension TaxiCheckout {
@@ -161,11 +175,15 @@ struct Activity: Codable, Sendable, Equatable {
     func isWalk(_ configuration: CheckoutConfiguration) -> Bool {
         (activity == .walking || activity == .running) && confidence >= configuration.minConfidence
     }
+
+    func isVehicle(_ configuration: CheckoutConfiguration) -> Bool {
+        (activity == .automotive || activity == .cycling) && confidence >= configuration.minConfidence
+    }
 }
 
 struct DeviceState: Codable, Sendable, Equatable {
-    /// The device's newest motion sample, kept between rides: it tells whether the device sends
-    /// motion, and it is the activity in progress when a check-in arrives.
+    /// The device's newest motion sample, kept between rides: it is the activity in progress when
+    /// a check-in arrives.
     var lastMotion: Activity?
     var ride: Ride?
 
@@ -175,35 +193,63 @@ struct DeviceState: Codable, Sendable, Equatable {
 /// One open check-in and its progress.
 struct Ride: Codable, Sendable, Equatable {
     var checkin: TaxiCheckin
-    /// Decided by the motion rule only (the fixes rule is off).
-    var motionDevice: Bool
     /// The walk in progress: consecutive walking/running samples at or above `min_confidence`,
     /// with the start, activity and confidence of the first of them.
     var walk: Activity?
     var track = Track()
+    var footsteps = Footsteps()
+    /// The ride's own clock: the newest time of its data (fix time, sample start), from the
+    /// check-in on. `silentS` of observed wall-clock silence extends it.
+    var dataTime: Date
+    /// Seconds of ticks since the device's last input. Only ticks the running service saw
+    /// count, a few seconds each at most, so downtime and catch-up never pass for silence.
+    var silentS = 0.0
+
+    enum CodingKeys: String, CodingKey { case checkin, walk, track, footsteps, dataTime, silentS }
 
     init(checkin: TaxiCheckin, lastMotion: Activity?, _ configuration: CheckoutConfiguration) {
         self.checkin = checkin
-        motionDevice = lastMotion.map { $0.start >= checkin.time - configuration.motionMemoryS } ?? false
+        dataTime = checkin.time
         // A walk under way at check-in (to the taxi) carries on, and never counts.
         walk = lastMotion.flatMap { $0.isWalk(configuration) ? $0 : nil }
+        if let lastMotion { footsteps.motion(lastMotion, configuration) }
+    }
+
+    /// Checkpoints written before the fixes rule was rewritten lack the newer fields; the ride
+    /// goes on from them with an empty fixes history.
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        checkin = try container.decode(TaxiCheckin.self, forKey: .checkin)
+        walk = try container.decodeIfPresent(Activity.self, forKey: .walk)
+        track = try container.decodeIfPresent(Track.self, forKey: .track) ?? Track()
+        footsteps = try container.decodeIfPresent(Footsteps.self, forKey: .footsteps) ?? Footsteps()
+        dataTime = try container.decodeIfPresent(Date.self, forKey: .dataTime) ?? checkin.time
+        silentS = try container.decodeIfPresent(Double.self, forKey: .silentS) ?? 0
     }
 
     func deadline(_ configuration: CheckoutConfiguration) -> Date { checkin.time + configuration.maxRideS }
 
+    /// The ride's time as far as the wall clock proves it: its newest data plus observed silence.
+    var provenTime: Date { dataTime + silentS }
+
     /// A walk counts only if it started after the grace period, and before `max_ride` ended the ride.
-    func counts(_ walk: Activity, _ configuration: CheckoutConfiguration) -> Bool {
-        walk.start >= checkin.time + configuration.gracePeriodS && walk.start < deadline(configuration)
+    func counts(_ start: Date, _ configuration: CheckoutConfiguration) -> Bool {
+        start >= checkin.time + configuration.gracePeriodS && start < deadline(configuration)
+    }
+
+    mutating func heard(at time: Date) {
+        silentS = 0
+        dataTime = max(dataTime, time)
     }
 
     mutating func motion(_ sample: Activity, isNew: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
-        motionDevice = true
-        track.walkStart = nil
+        heard(at: sample.start)
         guard isNew else { return nil }
         // The new sample's start proves how long the walk in progress has lasted.
-        if let walk, counts(walk, configuration), sample.start >= walk.start + configuration.leadTimeS {
-            return checkout(walk, configuration)
+        if let walk, counts(walk.start, configuration), sample.start >= walk.start + configuration.leadTimeS {
+            return checkout(walk, decidedAt: sample.start, configuration)
         }
+        footsteps.motion(sample, configuration)
         if sample.isWalk(configuration) {
             if walk == nil { walk = sample }
         } else {
@@ -213,45 +259,55 @@ struct Ride: Codable, Sendable, Equatable {
     }
 
     mutating func fix(_ fix: Fix, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
+        heard(at: fix.time)
         guard fix.time >= checkin.time else { return nil }
         if let last = track.last, fix.time <= last.time { return nil }
-        if (fix.accuracyM ?? 0) <= configuration.maxAccuracyM,
-           let start = track.add(fix, fixesRule: !motionDevice, configuration),
-           start.time < deadline(configuration) {
-            return TaxiCheckout(
-                device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
-                checkoutTime: start.time, reason: .fixes, confidence: nil,
-                rideS: Self.milliseconds(start.time.timeIntervalSince(checkin.time)),
-                rideDistanceM: Self.decimetres(start.distanceM))
+        if (fix.accuracyM ?? 0) <= configuration.maxAccuracyM {
+            track.add(fix)
+            if let found = footsteps.add(fix, configuration), counts(found.start, configuration) {
+                let walked = found.walkedM
+                return TaxiCheckout(
+                    device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
+                    checkoutTime: found.start, reason: .fixes,
+                    confidence: walked >= 2 * configuration.walkMinDistanceM ? .high : .medium,
+                    rideS: Self.milliseconds(found.start.timeIntervalSince(checkin.time)),
+                    rideDistanceM: track.distance(at: found.start).map(Self.decimetres),
+                    walkedM: Self.decimetres(walked), decidedAt: fix.time)
+            }
         }
         return expire(at: fix.time, clock: false, configuration)
     }
 
-    /// Decides what the time `now` alone decides. A clock (a tick, or a later check-in) proves that
-    /// the newest sample has lasted until `now`; the time of data (a fix, a sample) only ends the
-    /// ride at `max_ride_s`. A candidate that started before the deadline is waited for.
+    /// Decides what the time `now` alone decides. A clock (observed silence, or a later
+    /// check-in) proves that the newest sample has lasted until `now`; the time of data (a fix, a
+    /// sample) only ends the ride at `max_ride_s`. A candidate that started before the deadline
+    /// is waited for.
     func expire(at now: Date, clock: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
-        if clock, let walk, counts(walk, configuration), now >= walk.start + configuration.leadTimeS {
-            return checkout(walk, configuration)
+        if clock, let walk, counts(walk.start, configuration), now >= walk.start + configuration.leadTimeS {
+            return checkout(walk, decidedAt: now, configuration)
         }
         let deadline = deadline(configuration)
         guard now >= deadline else { return nil }
-        if let walk, counts(walk, configuration) { return nil }
-        if let start = track.walkStart, start.time < deadline, now < start.time + configuration.leadTimeS { return nil }
+        if let walk, counts(walk.start, configuration) { return nil }
+        if let start = footsteps.candidate, start < deadline, now < start + configuration.walkConfirmS { return nil }
         return TaxiCheckout(
             device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
             checkoutTime: deadline, reason: .maxRide, confidence: nil,
             rideS: Self.milliseconds(configuration.maxRideS),
-            rideDistanceM: track.distance(at: deadline).map(Self.decimetres))
+            rideDistanceM: track.distance(at: deadline).map(Self.decimetres),
+            walkedM: nil, decidedAt: now)
     }
 
-    private func checkout(_ walk: Activity, _ configuration: CheckoutConfiguration) -> TaxiCheckout {
-        TaxiCheckout(
+    private func checkout(_ walk: Activity, decidedAt: Date, _ configuration: CheckoutConfiguration) -> TaxiCheckout {
+        let before = track.distance(at: walk.start)
+        let walked = track.distance(at: decidedAt).map { $0 - (before ?? 0) }
+        return TaxiCheckout(
             device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
             checkoutTime: walk.start, reason: walk.activity == .running ? .running : .walking,
             confidence: walk.confidence,
             rideS: Self.milliseconds(walk.start.timeIntervalSince(checkin.time)),
-            rideDistanceM: track.distance(at: walk.start).map(Self.decimetres))
+            rideDistanceM: before.map(Self.decimetres),
+            walkedM: walked.map(Self.decimetres), decidedAt: decidedAt)
     }
 
     // Rounded, so that payloads do not carry binary noise (times are whole milliseconds).
@@ -259,17 +315,8 @@ struct Ride: Codable, Sendable, Equatable {
     static func decimetres(_ metres: Double) -> Double { (metres * 10).rounded() / 10 }
 }
 
-/// The ride's fixes: distance travelled, and the fixes rule's progress.
+/// The distance along the ride's fixes.
 struct Track: Codable, Sendable, Equatable {
-    struct Point: Codable, Sendable, Equatable {
-        var time: Date
-        var lat: Double
-        var lon: Double
-        /// Distance along the fixes from the ride's first fix.
-        var distanceM: Double
-        var coordinate: Coordinate { Coordinate(lat: lat, lon: lon) }
-    }
-
     struct Mark: Codable, Sendable, Equatable {
         var time: Date
         var distanceM: Double
@@ -279,63 +326,31 @@ struct Track: Codable, Sendable, Equatable {
     /// that a later sample reveals) can be interpolated without keeping every fix.
     static let markIntervalS = 10.0
 
-    var last: Point?
+    var last: Mark?
+    var lastPosition: Coordinate?
     var marks: [Mark] = []
-    /// A fix at riding speed has been seen.
-    var ridden = false
-    /// Where the ride stopped: the first fix below riding speed after the last one at it.
-    var stop: Coordinate?
-    /// The first fix of the current run at walking pace.
-    var walkStart: Mark?
 
-    /// Adds a fix newer than `last`. With `fixesRule`, returns the first walking fix once walking
-    /// pace has lasted `lead_time_s`.
-    mutating func add(_ fix: Fix, fixesRule: Bool, _ configuration: CheckoutConfiguration) -> Mark? {
+    init() {}
+
+    enum CodingKeys: String, CodingKey { case last, lastPosition, marks }
+
+    /// Older checkpoints kept `last` with its position (extra keys decode as a `Mark`).
+    init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        last = try container.decodeIfPresent(Mark.self, forKey: .last)
+        lastPosition = try container.decodeIfPresent(Coordinate.self, forKey: .lastPosition)
+        marks = try container.decodeIfPresent([Mark].self, forKey: .marks) ?? []
+    }
+
+    /// Adds a fix newer than `last`.
+    mutating func add(_ fix: Fix) {
         let here = Coordinate(lat: fix.lat, lon: fix.lon)
-        let previous = last
-        var distanceM = 0.0
-        var derivedSpeed: Double?
-        if let previous {
-            let step = Geo.distance(previous.coordinate, here)
-            distanceM = previous.distanceM + step
-            derivedSpeed = step / fix.time.timeIntervalSince(previous.time)
-        }
-        last = Point(time: fix.time, lat: fix.lat, lon: fix.lon, distanceM: distanceM)
+        let distanceM = (last?.distanceM ?? 0) + (lastPosition.map { Geo.distance($0, here) } ?? 0)
+        last = Mark(time: fix.time, distanceM: distanceM)
+        lastPosition = here
         if marks.last.map({ fix.time >= $0.time + Self.markIntervalS }) ?? true {
             marks.append(Mark(time: fix.time, distanceM: distanceM))
         }
-        guard fixesRule else { return nil }
-
-        // The phone's own speed when it has one, else the speed from the previous fix.
-        let reported = fix.speedMps.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
-        guard let speed = reported ?? derivedSpeed, speed.isFinite else { return nil }
-        if speed >= configuration.ridingSpeedMps {
-            ridden = true
-            stop = nil
-            walkStart = nil
-            return nil
-        }
-        guard ridden else { return nil }
-        let minimum = configuration.walkingSpeedMinMps, maximum = configuration.walkingSpeedMaxMps
-        var walking = speed >= minimum && speed <= maximum
-        if let stop, let previous {
-            // Moving slowly away from where the ride stopped counts too: phones report a speed of
-            // 0 or none at walking pace often enough.
-            if !walking, speed <= maximum {
-                let away = (Geo.distance(stop, here) - Geo.distance(stop, previous.coordinate))
-                    / fix.time.timeIntervalSince(previous.time)
-                walking = away >= minimum && away <= maximum
-            }
-        } else if stop == nil {
-            stop = here
-        }
-        guard walking else {
-            walkStart = nil
-            return nil
-        }
-        let start = walkStart ?? Mark(time: fix.time, distanceM: distanceM)
-        walkStart = start
-        return fix.time >= start.time + configuration.leadTimeS ? start : nil
     }
 
     /// Distance along the fixes up to `time`, interpolated between marks; nil when no fix came
@@ -346,7 +361,7 @@ struct Track: Codable, Sendable, Equatable {
         let index = marks.partitioningIndex { $0.time > time }
         guard index > 0 else { return nil }
         let before = marks[index - 1]
-        let after = index < marks.count ? marks[index] : Mark(time: last.time, distanceM: last.distanceM)
+        let after = index < marks.count ? marks[index] : last
         let span = after.time.timeIntervalSince(before.time)
         guard span > 0 else { return before.distanceM }
         return before.distanceM + (after.distanceM - before.distanceM) * time.timeIntervalSince(before.time) / span

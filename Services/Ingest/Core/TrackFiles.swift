@@ -12,16 +12,21 @@ public struct TrackPoint: Sendable, Equatable {
     public var altitudeM: Double?
     public var speedMps: Double?
     public var courseDeg: Double?
+    public var accuracyM: Double?
     /// Where it is in the file, for messages: `line 12`, `trkpt 40`.
     public var location: String
 
-    public init(time: Date?, lat: Double, lon: Double, altitudeM: Double? = nil, speedMps: Double? = nil, courseDeg: Double? = nil, location: String) {
+    public init(
+        time: Date?, lat: Double, lon: Double, altitudeM: Double? = nil, speedMps: Double? = nil, courseDeg: Double? = nil,
+        accuracyM: Double? = nil, location: String
+    ) {
         self.time = time
         self.lat = lat
         self.lon = lon
         self.altitudeM = altitudeM
         self.speedMps = speedMps
         self.courseDeg = courseDeg
+        self.accuracyM = accuracyM
         self.location = location
     }
 
@@ -32,6 +37,7 @@ public struct TrackPoint: Sendable, Equatable {
         if let altitudeM { object["altitude_m"] = .number(altitudeM) }
         if let speedMps { object["speed_mps"] = .number(speedMps) }
         if let courseDeg { object["course_deg"] = .number(courseDeg) }
+        if let accuracyM { object["accuracy_m"] = .number(accuracyM) }
         return .object(object)
     }
 }
@@ -102,7 +108,7 @@ public enum TrackFiles {
                 guard let point = try reader.nextPoint() else { return nil }
                 return TrackPoint(
                     time: point.time, lat: point.lat, lon: point.lon, altitudeM: point.elevationM, speedMps: point.speedMps,
-                    courseDeg: point.courseDeg, location: point.location)
+                    courseDeg: point.courseDeg, accuracyM: point.accuracyM, location: point.location)
             } catch {
                 throw TrackFileError(location: error.location, message: error.message)
             }

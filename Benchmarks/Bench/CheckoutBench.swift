@@ -1,0 +1,126 @@
+import ArgumentParser
+import CheckoutCore
+import DrivebusSchema
+import Foundation
+import IngestCore
+
+/// `drivebus-bench checkout --data DIR`: labelled rides through the real check-out core.
+///
+/// DIR holds one ride per pair of files (`Benchmarks/datasets/README.md`):
+/// - `NAME.csv`: the rider's fixes, a header `time,lat,lon` and optionally `speed` (m/s) and
+///   `accuracy` (m), as `drivebus import` reads CSV;
+/// - `NAME.label.json`: `{"checkin": RFC 3339, "change": RFC 3339 or null}`, the check-in and
+///   the labelled moment the rider got out (null: a ride that must not check out).
+///
+/// Each ride is fed three ways: replayed (fixes only, as a catch-up does), live (a tick every
+/// second of the ride's time) and in late batches (60 fixes at a time, a tick 30 s after each).
+/// Prints one line per ride (`delay_s`: check-out time minus the label; `decided_after_s`: when
+/// it was known, minus the label) and a summary. A check-out more than `--tolerance` before the
+/// change, or in a ride without one, is false.
+struct CheckoutBench: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "checkout", abstract: "Check-out delays on labelled rides.")
+
+    @Option(help: "The folder of labelled rides.")
+    var data: String
+
+    @Option(help: "Seconds from the labelled change that still count as right.")
+    var tolerance = 30.0
+
+    struct Label: Decodable {
+        var checkin: String
+        var change: String?
+    }
+
+    func run() throws {
+        let names = try FileManager.default.contentsOfDirectory(atPath: data)
+            .filter { $0.hasSuffix(".label.json") }.map { String($0.dropLast(".label.json".count)) }.sorted()
+        guard !names.isEmpty else { throw ValidationError("\(data) holds no NAME.label.json files") }
+        var delays: [Double] = [], decided: [Double] = []
+        var within = 0, late = 0, missed = 0, falseCheckouts = 0, rides = 0, rideOnly = 0, modesDiffer = 0
+        for name in names {
+            let base = (data as NSString).appendingPathComponent(name)
+            let label = try JSONDecoder().decode(Label.self, from: Data(contentsOf: URL(fileURLWithPath: base + ".label.json")))
+            guard let checkin = RFC3339.parse(label.checkin) else { throw ValidationError("\(name): checkin is not an RFC 3339 time") }
+            let change = try label.change.map { text -> Date in
+                guard let time = RFC3339.parse(text) else { throw ValidationError("\(name): change is not an RFC 3339 time") }
+                return time
+            }
+            let points = try TrackFiles.read(Data(contentsOf: URL(fileURLWithPath: base + ".csv")), name: name + ".csv")
+            let fixes = points.compactMap { point -> Fix? in
+                guard let time = point.time else { return nil }
+                return Fix(device: "rider", time: time, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM,
+                           speedMps: point.speedMps, source: .import)
+            }
+            let replayed = Self.replay(checkin: checkin, fixes: fixes, ticks: .none)
+            let live = Self.replay(checkin: checkin, fixes: fixes, ticks: .everySecond)
+            let batched = Self.replay(checkin: checkin, fixes: fixes, ticks: .batches(of: 60))
+            let differ = replayed.map(\.checkoutTime) != live.map(\.checkoutTime) || replayed.map(\.checkoutTime) != batched.map(\.checkoutTime)
+            if differ { modesDiffer += 1 }
+
+            var line: [String: Any] = ["name": "checkout.ride", "ride": name, "fixes": fixes.count, "modes_agree": !differ]
+            let checkout = replayed.first { $0.reason != .maxRide }
+            if let checkout {
+                line["reason"] = checkout.reason.rawValue
+                line["checkout"] = RFC3339.format(checkout.checkoutTime)
+                if let walked = checkout.walkedM { line["walked_m"] = walked }
+            }
+            if let change {
+                rides += 1
+                line["change"] = RFC3339.format(change)
+                if let checkout {
+                    let delay = checkout.checkoutTime.timeIntervalSince(change)
+                    line["delay_s"] = delay
+                    delays.append(delay)
+                    if let decidedAt = checkout.decidedAt {
+                        line["decided_after_s"] = decidedAt.timeIntervalSince(change)
+                        decided.append(decidedAt.timeIntervalSince(change))
+                    }
+                    if abs(delay) <= tolerance { within += 1 } else if delay < -tolerance { falseCheckouts += 1 } else { late += 1 }
+                } else {
+                    missed += 1
+                }
+            } else {
+                rideOnly += 1
+                if checkout != nil { falseCheckouts += 1 }
+            }
+            report(line)
+        }
+        report([
+            "name": "checkout.summary", "rides_with_change": rides, "rides_without": rideOnly,
+            "within_tolerance": within, "late": late, "missed": missed, "false_checkouts": falseCheckouts,
+            "share_within": rides == 0 ? 0 : Double(within) / Double(rides), "tolerance_s": tolerance,
+            "median_abs_delay_s": Self.median(delays.map(abs)), "median_decided_after_s": Self.median(decided),
+            "modes_differ": modesDiffer,
+        ])
+    }
+
+    enum Ticks { case none, everySecond, batches(of: Int) }
+
+    /// The check-outs of one ride fed with fixes numbered from seq 2, the check-in being seq 1.
+    static func replay(checkin: Date, fixes: [Fix], ticks: Ticks) -> [TaxiCheckout] {
+        var detector = CheckoutDetector()
+        var out = detector.handle(.checkin(TaxiCheckin(seq: 1, device: "rider", time: checkin)))
+        var clock = checkin
+        for (index, fix) in fixes.enumerated() {
+            var numbered = fix
+            numbered.seq = UInt64(index + 2)
+            if case .everySecond = ticks {
+                while clock + 1 <= fix.time {
+                    clock += 1
+                    out += detector.handle(.tick(now: clock))
+                }
+            }
+            out += detector.handle(.fix(numbered))
+            if case .batches(let size) = ticks, (index + 1) % size == 0 || index == fixes.count - 1 {
+                for second in 1...30 { out += detector.handle(.tick(now: fix.time + Double(second))) }
+            }
+        }
+        return out
+    }
+
+    static func median(_ values: [Double]) -> Double? {
+        guard !values.isEmpty else { return nil }
+        let sorted = values.sorted()
+        return sorted.count % 2 == 1 ? sorted[sorted.count / 2] : (sorted[sorted.count / 2 - 1] + sorted[sorted.count / 2]) / 2
+    }
+}

@@ -1,0 +1,112 @@
+import DrivebusGeo
+import DrivebusSchema
+import Foundation
+
+/// The fixes rule: a rider on foot, found in location fixes alone (see `docs/checkout.md`).
+///
+/// Phone fixes at 1–10 s are too noisy to judge one step at a time: a walker's fix-to-fix speed
+/// leaves walking pace every few samples. So speeds are taken over a window of
+/// `SpeedWindow.seconds`, with the fixes' accuracy taken off the distance, and a walk is judged
+/// on where the rider ends up: once the taxi has stopped, the fixes must show nothing faster than
+/// walking for `walk_confirm_s` and have taken the rider `walk_min_distance_m` away from the
+/// stop. A stop in traffic either moves on faster than walking (a crawl, the ride resuming) or
+/// stays where it is (the GPS drifting), so it never confirms. The check-out time is found after
+/// the fact: the moment the taxi stopped.
+struct Footsteps: Codable, Sendable, Equatable {
+    struct Sample: Codable, Sendable, Equatable {
+        var time: Date
+        var lat: Double
+        var lon: Double
+        var accuracyM: Double
+        var coordinate: Coordinate { Coordinate(lat: lat, lon: lon) }
+    }
+
+    struct Walk: Equatable {
+        /// When the taxi stopped.
+        var start: Date
+        /// How far the rider got from the stop, beyond the fixes' accuracy, when it was decided.
+        var walkedM: Double
+    }
+
+    enum SpeedWindow {
+        /// Speeds are measured over at least this long: GPS position noise at 1 Hz is metres per
+        /// second, at 5 s a fifth of that.
+        static let seconds = 5.0
+        /// What position noise can add to a distance over the window, at most. A phone's error
+        /// drifts slowly, so two fixes seconds apart are closer in error than their accuracy
+        /// says; the full accuracy is taken off only when judging where the rider ends up.
+        static let noiseM = 3.0
+    }
+
+    /// Assumed for a fix that does not say how accurate it is.
+    static let assumedAccuracyM = 10.0
+    /// A fix that no car or walker could reach from the previous one is an outlier.
+    static let plausibleSpeedMps = 70.0
+    /// Fixes older than this are forgotten; the window needs far fewer.
+    static let historyS = 60.0
+
+    /// The last fixes, oldest first, within `historyS`: the window's start.
+    private(set) var recent: [Sample] = []
+    /// The time of the last fix at riding speed; nil until the ride has moved.
+    private(set) var ridingAt: Date?
+    /// Where and when the taxi stopped, while everything since is no faster than walking.
+    private var stop: Sample?
+    /// The start of the phone's newest motion sample, when that says automotive or cycling.
+    private var vehicleAt: Date?
+
+    /// The phone said it was in a vehicle after the taxi last moved: slow fixes are traffic,
+    /// until the taxi moves again or the phone says otherwise.
+    var inTraffic: Bool {
+        guard let vehicleAt else { return false }
+        return ridingAt.map { vehicleAt >= $0 } ?? true
+    }
+
+    /// When the taxi stopped, while the fixes since may still become a walk.
+    var candidate: Date? { stop?.time }
+
+    /// Adds a fix newer than the previous one; returns the walk once the fixes confirm it.
+    mutating func add(_ fix: Fix, _ configuration: CheckoutConfiguration) -> Walk? {
+        let sample = Sample(time: fix.time, lat: fix.lat, lon: fix.lon, accuracyM: fix.accuracyM ?? Self.assumedAccuracyM)
+        if let previous = recent.last,
+           Geo.distance(previous.coordinate, sample.coordinate) > Self.plausibleSpeedMps * sample.time.timeIntervalSince(previous.time) {
+            return nil
+        }
+        let windowStart = recent.last { $0.time <= sample.time - SpeedWindow.seconds } ?? recent.first
+        recent.append(sample)
+        recent.removeFirst(recent.prefix { $0.time < sample.time - Self.historyS }.count)
+        guard let windowStart else { return nil }
+
+        let reported = fix.speedMps.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
+        let windowSpeed = Self.clearDistance(windowStart, sample, noiseM: SpeedWindow.noiseM) / sample.time.timeIntervalSince(windowStart.time)
+        // The phone's Doppler speed, when it has one, says whether the taxi is moving; positions
+        // alone need the whole window to say it.
+        if (reported ?? windowSpeed) >= configuration.ridingSpeedMps {
+            ridingAt = sample.time
+            stop = nil
+            return nil
+        }
+        guard ridingAt != nil else { return nil }
+        if windowSpeed > configuration.walkingSpeedMaxMps || (reported ?? 0) > configuration.walkingSpeedMaxMps {
+            stop = nil  // crawling in traffic, or still slowing down
+            return nil
+        }
+        guard let stop else {
+            stop = sample
+            return nil
+        }
+        guard sample.time >= stop.time + configuration.walkConfirmS, !inTraffic else { return nil }
+        let walkedM = Self.clearDistance(stop, sample)
+        guard walkedM >= configuration.walkMinDistanceM else { return nil }
+        return Walk(start: stop.time, walkedM: walkedM)
+    }
+
+    /// The phone's newest motion sample.
+    mutating func motion(_ activity: Activity, _ configuration: CheckoutConfiguration) {
+        vehicleAt = activity.isVehicle(configuration) ? activity.start : nil
+    }
+
+    /// The distance between two fixes beyond what their accuracy (or `noiseM`, if less) explains.
+    static func clearDistance(_ a: Sample, _ b: Sample, noiseM: Double = .infinity) -> Double {
+        max(0, Geo.distance(a.coordinate, b.coordinate) - min((a.accuracyM + b.accuracyM) / 2, noiseM))
+    }
+}
