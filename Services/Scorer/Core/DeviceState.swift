@@ -18,6 +18,9 @@ struct DeviceState: Sendable, Codable {
 
     /// The last fix kept, for speed, bearing and distance from positions.
     private var lastFix: Position?
+    /// The last speed and course that passed the plausibility checks (optional: checkpoints from
+    /// before the checks decode without them).
+    private var plausible: Plausible?
     private(set) var newestSeq: UInt64 = 0
 
     /// Totals over every evaluated fix so far, and their values after each recent fix.
@@ -72,10 +75,14 @@ struct DeviceState: Sendable, Codable {
         if !continuous, window.count > 0 { endSegment(tuning, &out) }
 
         var sample = Sample(seq: seq, t: t, lat: fix.lat, lon: fix.lon, distance: distance)
+        if !continuous { plausible = nil }
+        var checks = plausible ?? Plausible()
         if let speed = fix.speedMps, speed >= 0, speed < Tuning.maxSpeed {
-            sample.speed = speed
-            sample.flags = Sample.hasSpeed
-        } else if continuous, distance / dt < Tuning.maxSpeed {
+            if checks.admitSpeed(speed, at: t) {
+                sample.speed = speed
+                sample.flags = Sample.hasSpeed | Sample.reportedSpeed
+            }
+        } else if continuous, distance / dt < Tuning.maxSpeed, checks.admitSpeed(distance / dt, at: t) {
             sample.speed = distance / dt
             sample.flags = Sample.hasSpeed
         }
@@ -86,7 +93,7 @@ struct DeviceState: Sendable, Codable {
             } else if continuous, distance >= 0.5 {
                 raw = atan2(offset.x, offset.y) * 180 / .pi
             }
-            if let raw {
+            if let raw, checks.admitCourse(raw, speed: sample.speed, at: t) {
                 // Unwrap so a turn through north is continuous: 350°, 10° → 350, 370.
                 if let previous = headingRaw {
                     var step = (raw - previous).truncatingRemainder(dividingBy: 360)
@@ -100,6 +107,7 @@ struct DeviceState: Sendable, Codable {
                 sample.flags |= Sample.hasHeading
             }
         }
+        plausible = checks
 
         if window.count >= Tuning.maxWindowSamples {
             // More fixes than a window should hold: thin the oldest, evaluated first.
@@ -150,15 +158,24 @@ struct DeviceState: Sendable, Codable {
         }
         var acceleration: Double?
         var lateral: Double?
-        let meanSpeed: Double? = n > 0 ? sumV / n : nil
+        var meanSpeed: Double? = n > 0 ? sumV / n : nil
+        /// The time the estimate stands for: a fit's spacing between fixes, or a sparse interval.
+        var support = 0.0
         // Fixes a few milliseconds apart would turn noise into huge slopes.
         if n >= 2, lastT - firstT >= 0.5 {
             let denominator = n * sumTT - sumT * sumT
             acceleration = (n * sumTV - sumT * sumV) / denominator
+            support = (lastT - firstT) / (n - 1)
             if nHeading == n, let speed = meanSpeed, speed >= tuning.cornerMinSpeed {
                 let yawDegreesPerSecond = (n * sumTH - sumT * sumH) / denominator
                 lateral = speed * abs(yawDegreesPerSecond) * .pi / 180
             }
+        } else if k > 0, let sparse = Self.sparseAcceleration(from: window[k - 1], to: centre) {
+            // Too few fixes for a fit (a phone recording every few seconds): the interval to the
+            // previous fix, with both Doppler speeds and the distance between them.
+            acceleration = sparse
+            support = centre.t - window[k - 1].t
+            meanSpeed = (centre.speed + window[k - 1].speed) / 2
         }
 
         totals.distanceM += centre.distance
@@ -189,19 +206,19 @@ struct DeviceState: Sendable, Codable {
         let braking = acceleration.map { -$0 }
         if let done = brake.step(
             at, beyond: braking.map { $0 >= tuning.brake } ?? false,
-            holding: braking.map { $0 >= tuning.brake * release } ?? false, value: braking ?? 0, gap: gap)
+            holding: braking.map { $0 >= tuning.brake * release } ?? false, value: braking ?? 0, support: support, gap: gap)
         {
             emit(done, .harshBrake, tuning, &out)
         }
         if let done = accel.step(
             at, beyond: acceleration.map { $0 >= tuning.accel } ?? false,
-            holding: acceleration.map { $0 >= tuning.accel * release } ?? false, value: acceleration ?? 0, gap: gap)
+            holding: acceleration.map { $0 >= tuning.accel * release } ?? false, value: acceleration ?? 0, support: support, gap: gap)
         {
             emit(done, .harshAccel, tuning, &out)
         }
         if let done = corner.step(
             at, beyond: lateral.map { $0 >= tuning.corner } ?? false,
-            holding: lateral.map { $0 >= tuning.corner * release } ?? false, value: lateral ?? 0, gap: gap)
+            holding: lateral.map { $0 >= tuning.corner * release } ?? false, value: lateral ?? 0, support: support, gap: gap)
         {
             emit(done, .harshCorner, tuning, &out)
         }
@@ -216,11 +233,35 @@ struct DeviceState: Sendable, Codable {
         // Drop fixes that no later window can reach.
         let reach = (nextCentre < window.count ? window[nextCentre].t : window[window.count - 1].t) - tuning.halfWindow
         var drop = 0
-        while drop < nextCentre, window[drop].t < reach { drop += 1 }
+        // The fix before the next centre stays: a sparse interval needs it.
+        while drop < nextCentre - 1, window[drop].t < reach { drop += 1 }
         if drop > 0 {
             window.removeFirst(drop)
             nextCentre -= drop
         }
+    }
+
+    /// The least acceleration consistent with two fixes `dt` apart with Doppler speeds `v0`, `v1`
+    /// and distance `d`, if the speed changed in one phase of constant acceleration (cruising
+    /// before and after it as the distance says). With `P` and `Q` the phase's half-length plus the
+    /// time at the end and at the start speed, `d − v0·dt = Δv·P` and `v1·dt − d = Δv·Q`, so the
+    /// phase lasts at most `2·min(P, Q)`. The distance's error (`sparseDistanceNoiseM`) is taken in
+    /// the direction that makes the phase longer: the estimate never overstates. It is never less
+    /// than the mean `Δv/dt`. Nil when either speed was not reported or the gap is too long.
+    static func sparseAcceleration(from a: Sample, to b: Sample) -> Double? {
+        let dt = b.t - a.t
+        guard a.flags & Sample.reportedSpeed != 0, b.flags & Sample.reportedSpeed != 0,
+              dt > 0, dt <= Tuning.maxSparseIntervalS
+        else { return nil }
+        let dv = b.speed - a.speed
+        guard abs(dv) > 0.01 else { return 0 }
+        let p = (b.distance - a.speed * dt) / dv
+        let q = (b.speed * dt - b.distance) / dv
+        // A distance the model cannot produce is noise: then only the mean is sure.
+        guard min(p, q) >= 0 else { return dv / dt }
+        let half = min(dt / 2, min(p, q) + Tuning.sparseDistanceNoiseM / abs(dv))
+        let bound = dv / (2 * half)
+        return min(max(bound, -Plausible.maxAccelerationMps2), Plausible.maxAccelerationMps2)
     }
 
     /// Evaluates what is left of the segment with the fixes there are, and closes every episode.
@@ -243,6 +284,7 @@ struct DeviceState: Sendable, Codable {
     private mutating func emit(_ episode: Episode, _ type: DriveEventType, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
         let duration = episode.endT - episode.startT
         if type == .speeding, duration < tuning.speedingMinDuration { return }
+        if type != .speeding, (episode.support ?? .infinity) < Tuning.minEpisodeSupportS { return }
         let tripID = trip.flatMap { episode.firstSeq >= $0.trip.firstSeq ? $0.trip.tripID : nil }
         let event = DriveEvent(
             device: device, tripID: tripID, type: type, time: Date(timeIntervalSince1970: episode.startT),
@@ -405,6 +447,8 @@ struct HistoryRecord: Sendable, Codable {
 struct Sample: Sendable, Codable {
     static let hasSpeed: UInt8 = 1
     static let hasHeading: UInt8 = 2
+    /// The speed is the phone's (Doppler), not derived from positions.
+    static let reportedSpeed: UInt8 = 4
 
     var seq: UInt64
     var t: Double
@@ -451,6 +495,50 @@ struct Sample: Sendable, Codable {
     }
 }
 
+/// Speeds and courses that no car can produce are dropped before anything is differentiated:
+/// one GPS glitch (a 0 between two readings of 25 m/s) would otherwise be a 25 m/s² stop. A
+/// reading is implausible when reaching it from the last plausible one takes more than
+/// `maxAccelerationMps2` along the road, or more than `maxLateralMps2` across it. After two
+/// implausible readings in a row the next is believed (the earlier reading was the odd one).
+struct Plausible: Sendable, Codable, Equatable {
+    /// About 1 g: beyond an emergency stop on dry asphalt.
+    static let maxAccelerationMps2 = 10.0
+    /// Speed noise allowed on top, m/s.
+    static let speedSlackMps = 1.0
+    static let maxLateralMps2 = 10.0
+    static let maxRejected = 2
+
+    var speedT: Double?
+    var speed = 0.0
+    var rejectedSpeeds = 0
+    var courseT: Double?
+    var course = 0.0
+    var rejectedCourses = 0
+
+    mutating func admitSpeed(_ value: Double, at t: Double) -> Bool {
+        if let speedT, rejectedSpeeds < Self.maxRejected,
+           abs(value - speed) > Self.maxAccelerationMps2 * (t - speedT) + Self.speedSlackMps {
+            rejectedSpeeds += 1
+            return false
+        }
+        (speedT, speed, rejectedSpeeds) = (t, value, 0)
+        return true
+    }
+
+    mutating func admitCourse(_ value: Double, speed: Double, at t: Double) -> Bool {
+        if let courseT, rejectedCourses < Self.maxRejected, t > courseT {
+            var step = abs(value - course).truncatingRemainder(dividingBy: 360)
+            if step > 180 { step = 360 - step }
+            if speed * step * .pi / 180 / (t - courseT) > Self.maxLateralMps2 {
+                rejectedCourses += 1
+                return false
+            }
+        }
+        (courseT, course, rejectedCourses) = (t, value, 0)
+        return true
+    }
+}
+
 /// One detector: idle → active (beyond the threshold) → released (back under threshold ×
 /// release) → idle once `episode_gap_s` passes without it coming back. Resuming within the gap
 /// continues the same episode, so one episode is one event.
@@ -469,13 +557,16 @@ struct Episode: Sendable, Codable, Equatable {
     var lastT = 0.0
     /// When it released.
     var endT = 0.0
+    /// Seconds of estimates beyond the threshold (see `Tuning.minEpisodeSupportS`); optional so
+    /// that checkpoints from before it decode.
+    var support: Double?
 
     var isOpen: Bool { phase != .idle }
 
     /// Returns an episode that is now over, if any.
     mutating func step(
         _ at: (t: Double, seq: UInt64, lat: Double, lon: Double), beyond: Bool, holding: Bool, value: Double,
-        limit: Double = 0, gap: Double
+        limit: Double = 0, support: Double = 1, gap: Double
     ) -> Episode? {
         var finished: Episode?
         if phase == .released, at.t - endT > gap {
@@ -485,9 +576,12 @@ struct Episode: Sendable, Codable, Equatable {
         switch phase {
         case .idle:
             if beyond {
-                self = Episode(phase: .active, firstSeq: at.seq, startT: at.t, lat: at.lat, lon: at.lon, peak: value, limit: limit, lastT: at.t, endT: at.t)
+                self = Episode(
+                    phase: .active, firstSeq: at.seq, startT: at.t, lat: at.lat, lon: at.lon, peak: value, limit: limit,
+                    lastT: at.t, endT: at.t, support: support)
             }
         case .active:
+            if beyond { self.support = (self.support ?? 0) + support }
             if holding {
                 lastT = at.t
                 if value > peak {
@@ -501,6 +595,7 @@ struct Episode: Sendable, Codable, Equatable {
         case .released:
             if beyond {
                 phase = .active
+                self.support = (self.support ?? 0) + support
                 lastT = at.t
                 if value > peak {
                     peak = value

@@ -29,8 +29,8 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
     /// ±window/2 of each fix. 3 s holds three fixes at 1 Hz.
     public var smoothingWindowS = 3.0
     /// `max_gap_s`: a longer silence between fixes starts a new segment; nothing is differentiated
-    /// across it.
-    public var maxGapS = 5.0
+    /// across it. Phones on the road often record every 5–10 s.
+    public var maxGapS = 15.0
     /// `max_accuracy_m`: fixes reported less accurate than this are left out.
     public var maxAccuracyM = 100.0
     /// `episode_gap_s`: an episode that resumes within this time after releasing is the same episode.

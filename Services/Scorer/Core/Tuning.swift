@@ -28,6 +28,13 @@ struct Tuning: Sendable {
     static let minHeadingSpeed = 2.0
     /// Reported or derived speeds above this are glitches (360 km/h).
     static let maxSpeed = 100.0
+    /// Fixes further apart than this are not differentiated (see `sparseAcceleration`).
+    static let maxSparseIntervalS = 15.0
+    /// How wrong the distance between two fixes seconds apart may be, metres.
+    static let sparseDistanceNoiseM = 3.0
+    /// A harsh episode needs estimates standing for this long: two fixes at 1 Hz, one sparse
+    /// interval. A single noisy sample never makes an event.
+    static let minEpisodeSupportS = 1.5
     /// More fixes than this within one smoothing window (over 85 Hz at 3 s) are thinned.
     static let maxWindowSamples = 256
 
@@ -36,7 +43,7 @@ struct Tuning: Sendable {
             value.isFinite ? min(max(value, low), high) : fallback
         }
         halfWindow = clamp(c.smoothingWindowS, 0.5, 60, 3) / 2
-        maxGap = clamp(c.maxGapS, 0.1, 86_400, 5)
+        maxGap = clamp(c.maxGapS, 0.1, 86_400, 15)
         maxAccuracy = c.maxAccuracyM.isNaN ? 100 : max(c.maxAccuracyM, 0)
         brake = clamp(-c.harshBrakeMps2, 0.1, 100, 3.4)
         accel = clamp(c.harshAccelMps2, 0.1, 100, 2.9)
