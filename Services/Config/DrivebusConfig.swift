@@ -251,6 +251,7 @@ extension DrivebusConfig {
             ("speeding_min_duration_s", \.speedingMinDurationS), ("smoothing_window_s", \.smoothingWindowS), ("max_gap_s", \.maxGapS),
             ("max_accuracy_m", \.maxAccuracyM), ("episode_gap_s", \.episodeGapS), ("release_fraction", \.releaseFraction),
             ("score_min_distance_km", \.scoreMinDistanceKm), ("score_min_duration_s", \.scoreMinDurationS),
+            ("speed_variation_calm_mps2", \.speedVariationCalmMps2),
         ]
         let section = try top.mapping("scorer", allowed: Set(keys.map(\.0) + ["speed_limit_kmh", "weights", "history_fixes"]))
         var scorer = ScorerConfiguration()
@@ -259,6 +260,7 @@ extension DrivebusConfig {
         scorer.historyFixes = try section.int("history_fixes", default: scorer.historyFixes, in: 16...1_000_000)
         let weightKeys: [(String, WritableKeyPath<ScorerConfiguration.Weights, Double>)] = [
             ("harsh_brake", \.harshBrake), ("harsh_accel", \.harshAccel), ("harsh_corner", \.harshCorner), ("speeding_s_per_h", \.speedingSPerH),
+            ("speed_variation", \.speedVariation),
         ]
         let weights = try section.mapping("weights", allowed: Set(weightKeys.map(\.0)))
         for (key, path) in weightKeys { scorer.weights[keyPath: path] = try weights.double(key, default: scorer.weights[keyPath: path], in: 0...1000) }

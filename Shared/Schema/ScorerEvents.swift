@@ -86,12 +86,15 @@ public struct DriveScored: Codable, Sendable, Equatable {
     public var speedingS: Double
     /// The standard deviation of smoothed longitudinal acceleration, m/s².
     public var speedVariation: Double
+    /// Why the score is what it is: each measure, its value and the points it cost. Absent in
+    /// payloads from before components existed.
+    public var components: [ScoreComponent]?
     public var session: DriveSession?
 
     public init(
         tripID: String, device: String, startTime: Date, endTime: Date? = nil, score: Double, distanceM: Double,
         events: [DriveEvent], counts: [String: Int], eventsPer100km: Double, speedingS: Double,
-        speedVariation: Double, session: DriveSession? = nil
+        speedVariation: Double, components: [ScoreComponent]? = nil, session: DriveSession? = nil
     ) {
         self.tripID = tripID
         self.device = device
@@ -104,11 +107,12 @@ public struct DriveScored: Codable, Sendable, Equatable {
         self.eventsPer100km = eventsPer100km
         self.speedingS = speedingS
         self.speedVariation = speedVariation
+        self.components = components
         self.session = session
     }
 
     enum CodingKeys: String, CodingKey {
-        case device, score, events, counts, session
+        case device, score, events, counts, session, components
         case tripID = "trip_id"
         case startTime = "start_time"
         case endTime = "end_time"
@@ -116,6 +120,24 @@ public struct DriveScored: Codable, Sendable, Equatable {
         case eventsPer100km = "events_per_100km"
         case speedingS = "speeding_s"
         case speedVariation = "speed_variation"
+    }
+}
+
+/// One measure of a scored trip: `{"name": "harsh_brake", "value": 2.5, "unit": "per_100km",
+/// "points": 7.5}`. The score is 100 minus the sum of `points`, clamped to 0–100.
+public struct ScoreComponent: Codable, Sendable, Equatable {
+    /// `speed_variation`, `harsh_brake`, `harsh_accel`, `harsh_corner`, `speeding`.
+    public var name: String
+    public var value: Double
+    /// `mps2` (speed variation), `per_100km` (harsh events), `s_per_h` (speeding).
+    public var unit: String
+    public var points: Double
+
+    public init(name: String, value: Double, unit: String, points: Double) {
+        self.name = name
+        self.value = value
+        self.unit = unit
+        self.points = points
     }
 }
 

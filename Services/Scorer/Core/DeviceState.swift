@@ -340,12 +340,13 @@ struct DeviceState: Sendable, Codable {
         let duration = endTime.map { $0.timeIntervalSince(ended.startTime) } ?? 0
 
         let score = Score(
-            events: tripEvents, distanceM: distance, durationS: duration, speedingS: speedingS, tuning: tuning)
+            events: tripEvents, distanceM: distance, durationS: duration, speedingS: speedingS,
+            speedVariation: variation, tuning: tuning)
         let result = DriveScored(
             tripID: ended.tripID, device: device, startTime: ended.startTime, endTime: endTime,
             score: score.score, distanceM: rounded(max(distance, 0), 1), events: tripEvents, counts: score.counts,
             eventsPer100km: score.eventsPer100km, speedingS: rounded(speedingS, 1),
-            speedVariation: rounded(variation, 3), session: open?.session ?? session)
+            speedVariation: rounded(variation, 3), components: score.components, session: open?.session ?? session)
         scored.append(ended.tripID)
         if scored.count > Self.maxScored { scored.removeFirst() }
         if open != nil { trip = nil }

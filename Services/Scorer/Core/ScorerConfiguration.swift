@@ -42,6 +42,8 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
     public var scoreMinDistanceKm = 10.0
     /// `score_min_duration_s`: speeding seconds per hour are counted over at least this time.
     public var scoreMinDurationS = 600.0
+    /// `speed_variation_calm_mps2`: speed variation up to this costs no points.
+    public var speedVariationCalmMps2 = 0.5
     /// `weights`: score points lost per unit (see docs/scoring.md).
     public var weights = Weights()
     /// `history_fixes`: per-device fixes remembered to attribute work to a trip that is announced
@@ -57,6 +59,8 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         public var harshCorner = 1.0
         /// `speeding_s_per_h`: points per second of speeding per hour.
         public var speedingSPerH = 0.05
+        /// `speed_variation`: points per 0.1 m/s² of speed variation above the calm level.
+        public var speedVariation = 5.0
 
         public init() {}
 
@@ -65,6 +69,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
             case harshAccel = "harsh_accel"
             case harshCorner = "harsh_corner"
             case speedingSPerH = "speeding_s_per_h"
+            case speedVariation = "speed_variation"
         }
 
         public init(from decoder: any Decoder) throws {
@@ -74,6 +79,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
             harshAccel = try c.decodeIfPresent(Double.self, forKey: .harshAccel) ?? d.harshAccel
             harshCorner = try c.decodeIfPresent(Double.self, forKey: .harshCorner) ?? d.harshCorner
             speedingSPerH = try c.decodeIfPresent(Double.self, forKey: .speedingSPerH) ?? d.speedingSPerH
+            speedVariation = try c.decodeIfPresent(Double.self, forKey: .speedVariation) ?? d.speedVariation
         }
     }
 
@@ -95,6 +101,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         case releaseFraction = "release_fraction"
         case scoreMinDistanceKm = "score_min_distance_km"
         case scoreMinDurationS = "score_min_duration_s"
+        case speedVariationCalmMps2 = "speed_variation_calm_mps2"
         case weights
         case historyFixes = "history_fixes"
     }
@@ -120,6 +127,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         releaseFraction = try value(.releaseFraction, d.releaseFraction)
         scoreMinDistanceKm = try value(.scoreMinDistanceKm, d.scoreMinDistanceKm)
         scoreMinDurationS = try value(.scoreMinDurationS, d.scoreMinDurationS)
+        speedVariationCalmMps2 = try value(.speedVariationCalmMps2, d.speedVariationCalmMps2)
         weights = try value(.weights, d.weights)
         historyFixes = try value(.historyFixes, d.historyFixes)
     }

@@ -22,6 +22,7 @@ struct Tuning: Sendable {
     let historyCapacity: Int
     let minDistanceKm: Double
     let minDurationS: Double
+    let calmVariation: Double
     let weights: ScorerConfiguration.Weights
 
     /// Headings below this speed are noise (course from a nearly still phone).
@@ -59,11 +60,13 @@ struct Tuning: Sendable {
         historyCapacity = min(max(c.historyFixes, 16), 1_000_000)
         minDistanceKm = clamp(c.scoreMinDistanceKm, 0.001, 1_000_000, 10)
         minDurationS = clamp(c.scoreMinDurationS, 1, 1_000_000, 600)
+        calmVariation = clamp(c.speedVariationCalmMps2, 0, 100, 0.5)
         var w = c.weights
         w.harshBrake = clamp(w.harshBrake, 0, 1_000_000, 1.5)
         w.harshAccel = clamp(w.harshAccel, 0, 1_000_000, 1)
         w.harshCorner = clamp(w.harshCorner, 0, 1_000_000, 1)
         w.speedingSPerH = clamp(w.speedingSPerH, 0, 1_000_000, 0.05)
+        w.speedVariation = clamp(w.speedVariation, 0, 1_000_000, 5)
         weights = w
     }
 

@@ -214,6 +214,8 @@ enum Projector {
         if case .array? = p["events"] { events = p["events"]! }
         var counts = JSONValue.object([:])
         if case .object? = p["counts"] { counts = p["counts"]! }
+        var components = JSONValue.array([])
+        if case .array? = p["components"] { components = p["components"]! }
         var sessionID: String?, candidate: String?
         if case .object(let session)? = p["session"] {
             if case .string(let value)? = session["id"] { sessionID = value }
@@ -221,12 +223,13 @@ enum Projector {
         }
         try db.execute(sql: """
             INSERT OR REPLACE INTO scores (trip_id, device, start_ms, score, distance_m, events, counts, events_per_100km,
-                speed_variation, session_id, candidate, event_id)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                speed_variation, session_id, candidate, event_id, components)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 id, p.string("device") ?? event.device, p.date("start_time").map(milliseconds), p.double("score"), p.double("distance_m"),
                 String(decoding: events.encoded, as: UTF8.self), String(decoding: counts.encoded, as: UTF8.self),
                 p.double("events_per_100km"), p.double("speed_variation"), sessionID, candidate, event.id,
+                String(decoding: components.encoded, as: UTF8.self),
             ])
     }
 

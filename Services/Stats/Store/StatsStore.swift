@@ -321,6 +321,10 @@ enum StatsSchema {
                 CREATE INDEX expenses_by_day ON expenses(day);
                 """)
         }
+        migrator.registerMigration("v4-score-components") { db in
+            // `drive.scored` explains its score (issue 15): the components as the scorer sent them.
+            try db.execute(sql: "ALTER TABLE scores ADD COLUMN components TEXT NOT NULL DEFAULT '[]'")
+        }
         return migrator
     }
 }

@@ -14,6 +14,8 @@ public struct TripSummary: Sendable, Equatable {
         public var speedVariation: Double?
         /// The scorer's event list; only filled for one trip or a session report.
         public var events: JSONValue?
+        /// Why the score is what it is (`[{name, value, unit, points}]`); only with `events`.
+        public var components: JSONValue?
     }
 
     public struct Session: Sendable, Equatable {
@@ -58,6 +60,7 @@ public struct TripSummary: Sendable, Equatable {
         writer.key("score")
         if let score {
             writer.beginObject()
+            if let components = score.components { writer.key("components"); writer.value(components) }
             writer.key("counts"); writer.value(score.counts)
             if let events = score.events { writer.key("events"); writer.value(events) }
             writer.key("events_per_100km"); writer.optional(score.eventsPer100km)
@@ -142,7 +145,7 @@ enum TripQueries {
         t.trip_id, t.device, t.start_ms, t.end_ms, t.duration_s, t.distance_m, t.max_speed_mps, t.avg_speed_mps,
         t.ascent_m, t.descent_m, t.start_lat, t.start_lon, t.end_lat, t.end_lon, t.fix_count, t.first_seq, t.last_seq,
         s.trip_id, s.score, s.counts, s.events_per_100km, s.speed_variation, s.events,
-        COALESCE(se.session_id, s.session_id), COALESCE(se.candidate, s.candidate), t.track
+        COALESCE(se.session_id, s.session_id), COALESCE(se.candidate, s.candidate), t.track, s.components
         """
     /// A trip's session: the one its score names, or else the device's session that was open
     /// when the trip started.
@@ -201,7 +204,8 @@ enum TripQueries {
         if (row[17] as String?) != nil {
             trip.score = TripSummary.Score(
                 score: row[18], counts: json(row[19]) ?? .object([:]), eventsPer100km: row[20], speedVariation: row[21],
-                events: detail ? json(row[22]) ?? .array([]) : nil)
+                events: detail ? json(row[22]) ?? .array([]) : nil,
+                components: detail ? json(row[26]) ?? .array([]) : nil)
         }
         if let session = row[23] as String? {
             trip.session = TripSummary.Session(id: session, candidate: row[24])
