@@ -27,6 +27,15 @@ struct AccuracyBench: ParsableCommand {
     @Flag(help: "Drop the phone's speed and course: positions only.")
     var noSpeed = false
 
+    @Option(help: "Override scorer.harsh_brake_mps2 (negative), to sweep thresholds.")
+    var harshBrake: Double?
+
+    @Option(help: "Override scorer.harsh_accel_mps2, to sweep thresholds.")
+    var harshAccel: Double?
+
+    @Option(help: "Override scorer.corner_margin, to sweep thresholds.")
+    var cornerMargin: Double?
+
     struct Label: Decodable {
         var driver: String
         var road: String
@@ -49,6 +58,11 @@ struct AccuracyBench: ParsableCommand {
         let names = try FileManager.default.contentsOfDirectory(atPath: data)
             .filter { $0.hasSuffix(".label.json") }.map { String($0.dropLast(".label.json".count)) }.sorted()
         guard !names.isEmpty else { throw ValidationError("\(data) holds no NAME.label.json files") }
+        var configuration = ScorerConfiguration()
+        if let harshBrake { configuration.harshBrakeMps2 = harshBrake }
+        if let harshAccel { configuration.harshAccelMps2 = harshAccel }
+        if let cornerMargin { configuration.cornerMargin = cornerMargin }
+        try configuration.validate()
         var results: [Result] = []
         for name in names {
             let base = (data as NSString).appendingPathComponent(name)
@@ -56,7 +70,10 @@ struct AccuracyBench: ParsableCommand {
             let points = try TrackFiles.read(Data(contentsOf: URL(fileURLWithPath: base + ".csv")), name: name + ".csv")
             var fixes: [Fix] = []
             for point in points {
-                guard let time = point.time else { continue }
+                // The scorer leaves out fixes it finds too inaccurate; so does the track to compare with.
+                guard let time = point.time, (point.accuracyM ?? 0) <= configuration.maxAccuracyM else { continue }
+                // Nor does either count a fix older than the one before (a clock that jumped back).
+                if let last = fixes.last, time <= last.time { continue }
                 if interval > 0, let last = fixes.last, time.timeIntervalSince(last.time) < interval - 0.001 { continue }
                 fixes.append(Fix(
                     seq: UInt64(fixes.count + 1), device: "car", time: time, lat: point.lat, lon: point.lon,
@@ -64,7 +81,7 @@ struct AccuracyBench: ParsableCommand {
                     courseDeg: noSpeed ? nil : point.courseDeg, source: .import))
             }
             guard let first = fixes.first, let last = fixes.last else { continue }
-            var scorer = DriveScorer(configuration: ScorerConfiguration())
+            var scorer = DriveScorer(configuration: configuration)
             let trip = ScorerTrip(tripID: name, device: "car", startTime: first.time, endTime: last.time, firstSeq: 1, lastSeq: last.seq)
             var outputs = scorer.handle(.tripStarted(trip))
             for fix in fixes { outputs += scorer.handle(.fix(fix)) }
@@ -88,11 +105,15 @@ struct AccuracyBench: ParsableCommand {
 
         // Pairs: one driver on one road, calm against aggressive.
         var agree = 0, ties = 0, reversed = 0
-        var byKey: [String: [String: Double]] = [:]
-        for result in results { byKey["\(result.label.driver)/\(result.label.road)", default: [:]][result.label.behaviour] = result.scored.score }
-        for (_, scores) in byKey.sorted(by: { $0.key < $1.key }) {
-            guard let calm = scores["normal"], let aggressive = scores["aggressive"] else { continue }
-            if calm > aggressive { agree += 1 } else if calm == aggressive { ties += 1 } else { reversed += 1 }
+        // Every normal drive against every aggressive one of the same driver on the same road.
+        var byKey: [String: [String: [Double]]] = [:]
+        for result in results { byKey["\(result.label.driver)/\(result.label.road)", default: [:]][result.label.behaviour, default: []].append(result.scored.score) }
+        for (_, scores) in byKey {
+            for calm in scores["normal"] ?? [] {
+                for aggressive in scores["aggressive"] ?? [] {
+                    if calm > aggressive { agree += 1 } else if calm == aggressive { ties += 1 } else { reversed += 1 }
+                }
+            }
         }
         let referenced = results.filter { $0.label.referenceScore != nil }
         var eventsByBehaviour: [String: [Int]] = [:]

@@ -26,6 +26,12 @@ struct CheckoutBench: ParsableCommand {
     @Option(help: "Seconds from the labelled change that still count as right.")
     var tolerance = 30.0
 
+    @Option(help: "Override checkout.walk_confirm_s, to sweep it.")
+    var walkConfirm: Double?
+
+    @Option(help: "Override checkout.walk_min_distance_m, to sweep it.")
+    var walkMinDistance: Double?
+
     struct Label: Decodable {
         var checkin: String
         var change: String?
@@ -35,6 +41,9 @@ struct CheckoutBench: ParsableCommand {
         let names = try FileManager.default.contentsOfDirectory(atPath: data)
             .filter { $0.hasSuffix(".label.json") }.map { String($0.dropLast(".label.json".count)) }.sorted()
         guard !names.isEmpty else { throw ValidationError("\(data) holds no NAME.label.json files") }
+        var configuration = CheckoutConfiguration()
+        if let walkConfirm { configuration.walkConfirmS = walkConfirm }
+        if let walkMinDistance { configuration.walkMinDistanceM = walkMinDistance }
         var delays: [Double] = [], decided: [Double] = []
         var within = 0, late = 0, missed = 0, falseCheckouts = 0, rides = 0, rideOnly = 0, modesDiffer = 0
         for name in names {
@@ -51,9 +60,9 @@ struct CheckoutBench: ParsableCommand {
                 return Fix(device: "rider", time: time, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM,
                            speedMps: point.speedMps, source: .import)
             }
-            let replayed = Self.replay(checkin: checkin, fixes: fixes, ticks: .none)
-            let live = Self.replay(checkin: checkin, fixes: fixes, ticks: .everySecond)
-            let batched = Self.replay(checkin: checkin, fixes: fixes, ticks: .batches(of: 60))
+            let replayed = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .none)
+            let live = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .everySecond)
+            let batched = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .batches(of: 60))
             let differ = replayed.map(\.checkoutTime) != live.map(\.checkoutTime) || replayed.map(\.checkoutTime) != batched.map(\.checkoutTime)
             if differ { modesDiffer += 1 }
 
@@ -97,8 +106,8 @@ struct CheckoutBench: ParsableCommand {
     enum Ticks { case none, everySecond, batches(of: Int) }
 
     /// The check-outs of one ride fed with fixes numbered from seq 2, the check-in being seq 1.
-    static func replay(checkin: Date, fixes: [Fix], ticks: Ticks) -> [TaxiCheckout] {
-        var detector = CheckoutDetector()
+    static func replay(_ configuration: CheckoutConfiguration, checkin: Date, fixes: [Fix], ticks: Ticks) -> [TaxiCheckout] {
+        var detector = CheckoutDetector(configuration: configuration)
         var out = detector.handle(.checkin(TaxiCheckin(seq: 1, device: "rider", time: checkin)))
         var clock = checkin
         for (index, fix) in fixes.enumerated() {

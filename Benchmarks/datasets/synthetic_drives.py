@@ -2,7 +2,7 @@
 """Writes the synthetic labelled drives in Tests/Fixtures/drives (the layout of
 Benchmarks/datasets/README.md): one driver on one urban route, driven calmly and aggressively.
 Physical, not real: the same route (straights, four 90-degree corners of 25 m radius, three
-stops at lights); the calm driver accelerates at 1.2 m/s^2, brakes at 1.6 m/s^2, cruises at
+stops at lights); the calm driver accelerates at 1.0 m/s^2, brakes at 1.2 m/s^2, cruises at
 13.5 m/s and takes corners at 6 m/s; the aggressive one accelerates at 3.2, brakes at 4.2,
 cruises at 17 m/s with swings of +-2 m/s and takes corners at 9 m/s. Phone noise: Doppler speed
 +-0.3 m/s, course +-3 degrees, positions with a slowly drifting error of a few metres, and one
@@ -84,7 +84,7 @@ def drive(rng, style, t0):
     return rows
 
 def main(out):
-    for behaviour, style, day in [("normal", (1.2, 1.6, 13.5, 6.0, 0.0), 1), ("aggressive", (3.2, 4.2, 17.0, 9.0, 2.0), 2)]:
+    for behaviour, style, day in [("normal", (1.0, 1.2, 13.5, 6.0, 0.0), 1), ("aggressive", (3.2, 4.2, 17.0, 9.0, 2.0), 2)]:
         rng = random.Random(day)
         t0 = datetime.datetime(2026, 3, day, 9, 0, 0, tzinfo=datetime.timezone.utc)
         rows = drive(rng, style, t0)

@@ -60,7 +60,7 @@ def main(out):
     # 1: 1 Hz, speed reported; ride with lights, stop, pay 40 s, walk with a 20 s wait.
     phone = Phone(rng, 1.0, True)
     ride = [(30, 1.3, 90), (5, 0, 90), (120, 13, 0), (20, 0, 0), (150, 11, 90), (40, 0, 90)]
-    change = sum(d for d, _, _ in ride[:-1]) + 2
+    change = sum(d for d, _, _ in ride)  # out of the taxi once paid: the walk begins
     simulate(ride + [(60, 1.4, 180), (20, 0, 180), (120, 1.3, 200)], phone)
     write(out, "ride-1hz-pay-and-walk", phone, 35, change)
     # 2: every 5 s, no speed; a stop-and-go jam with drift, the ride resumes, then the walk.
@@ -69,7 +69,7 @@ def main(out):
     for _ in range(8):
         jam += [(25, 0, 0), (8, 3.5, 0)]
     ride = [(200, 12, 0)] + jam + [(180, 14, 0), (30, 0, 0)]
-    change = sum(d for d, _, _ in ride[:-1]) + 6
+    change = sum(d for d, _, _ in ride)
     simulate(ride + [(300, 1.35, 270)], phone)
     write(out, "ride-5s-jam-then-walk", phone, 0, change)
     # 3: 1 Hz, speed reported; the ride ends in a long queue at lights: no walk in the file.

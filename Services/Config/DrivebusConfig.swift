@@ -246,7 +246,7 @@ extension DrivebusConfig {
 
     static func parseScorer(_ top: ConfigMapping, zones: [Zone]) throws(ConfigError) -> ScorerConfiguration {
         let keys: [(String, WritableKeyPath<ScorerConfiguration, Double>)] = [
-            ("harsh_brake_mps2", \.harshBrakeMps2), ("harsh_accel_mps2", \.harshAccelMps2), ("harsh_corner_mps2", \.harshCornerMps2),
+            ("harsh_brake_mps2", \.harshBrakeMps2), ("harsh_accel_mps2", \.harshAccelMps2), ("harsh_corner_mps2", \.harshCornerMps2), ("corner_margin", \.cornerMargin),
             ("corner_min_speed_mps", \.cornerMinSpeedMps), ("speeding_tolerance", \.speedingTolerance),
             ("speeding_min_duration_s", \.speedingMinDurationS), ("smoothing_window_s", \.smoothingWindowS), ("max_gap_s", \.maxGapS),
             ("max_accuracy_m", \.maxAccuracyM), ("episode_gap_s", \.episodeGapS), ("release_fraction", \.releaseFraction),

@@ -90,16 +90,30 @@ public final class Supervisor {
         var status: Int32 = 0
         while true {
             let pid = waitpid(-1, &status, WNOHANG)
+            if pid < 0, errno == ECHILD {
+                // No child left to wait for, yet some are believed running: they were reaped
+                // elsewhere in this process (seen once under load, cause unknown). Gone is gone:
+                // restart them rather than wait forever.
+                for index in children.indices {
+                    if let pid = children[index].pid, kill(pid, 0) != 0, errno == ESRCH { markExited(index, status: nil) }
+                }
+                return
+            }
             guard pid > 0 else { return }
             guard let index = children.firstIndex(where: { $0.pid == pid }) else { continue }
-            let lived = children[index].startedAt.duration(to: .now)
-            if lived >= .milliseconds(Int(settings.stableAfterS * 1000)) { children[index].failures = 0 }
-            children[index].failures += 1
-            let delay = backoff(failures: children[index].failures)
-            children[index].pid = nil
-            children[index].nextStart = .now + delay
-            logger.warning("\(children[index].service.executable) \(Self.describe(status)) after \(lived.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1)))); restarting in \(delay.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1))))", metadata: ["pid": "\(pid)"])
+            markExited(index, status: status)
         }
+    }
+
+    private func markExited(_ index: Int, status: Int32?) {
+        let pid = children[index].pid ?? 0
+        let lived = children[index].startedAt.duration(to: .now)
+        if lived >= .milliseconds(Int(settings.stableAfterS * 1000)) { children[index].failures = 0 }
+        children[index].failures += 1
+        let delay = backoff(failures: children[index].failures)
+        children[index].pid = nil
+        children[index].nextStart = .now + delay
+        logger.warning("\(children[index].service.executable) \(status.map(Self.describe) ?? "vanished") after \(lived.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1)))); restarting in \(delay.formatted(.units(allowed: [.seconds], fractionalPart: .show(length: 1))))", metadata: ["pid": "\(pid)"])
     }
 
     private func backoff(failures: Int) -> Duration {

@@ -124,13 +124,14 @@ import Testing
             return #"{"time":"\#(RFC3339.format(Date(timeIntervalSince1970: now - Double(16 - index))))","lat":\#(48.2 + north / 111_195),"lon":16.37,"speed_mps":10}"#
         }
         #expect(try await http("POST", base + "/api/v1/fixes", token: carToken, body: Data(#"{"fixes":[\#(gateFixes.joined(separator: ","))]}"#.utf8)).status == 200)
-        // A taxi ride and the walk away: one check-out.
+        // A taxi ride and the walk away, an hour ago: one check-out, decided by the second walking
+        // sample (it proves the walk lasted the lead time) rather than by wall-clock silence.
         let checkin = Date(timeIntervalSince1970: (now / 60).rounded(.down) * 60 - 3600)
         func at(_ seconds: Double) -> String { RFC3339.format(checkin.addingTimeInterval(seconds)) }
         #expect(try await http("POST", base + "/api/v1/taxi/checkin", token: riderToken, body: Data(#"{"time":"\#(at(0))"}"#.utf8)).status == 200)
         let rideFixes = (0..<10).map { #"{"time":"\#(at(Double($0) * 100))","lat":\#(48.3 + Double($0) * 0.005),"lon":16.5,"speed_mps":12}"# }
         #expect(try await http("POST", base + "/api/v1/fixes", token: riderToken, body: Data(#"{"fixes":[\#(rideFixes.joined(separator: ","))]}"#.utf8)).status == 200)
-        let motion = #"{"samples":[{"start":"\#(at(20))","activity":"automotive","confidence":"high"},{"start":"\#(at(900))","activity":"walking","confidence":"high"}]}"#
+        let motion = #"{"samples":[{"start":"\#(at(20))","activity":"automotive","confidence":"high"},{"start":"\#(at(900))","activity":"walking","confidence":"high"},{"start":"\#(at(1000))","activity":"walking","confidence":"high"}]}"#
         #expect(try await http("POST", base + "/api/v1/motion", token: riderToken, body: Data(motion.utf8)).status == 200)
 
         func events(of service: ServiceName) async -> UInt64 {

@@ -63,12 +63,14 @@ import Testing
         var heartbeats = try await client.subscribe(["svc.heartbeat."]).makeAsyncIterator()
         var seen: [String: Heartbeat] = [:]
         let expected = Set(ServiceName.allCases.map(\.rawValue))
-        let deadline = ContinuousClock.now + .seconds(40)
-        while Set(seen.keys) != expected, ContinuousClock.now < deadline, let message = await heartbeats.next() {
-            let beat = try message.decode(Heartbeat.self)
-            #expect(message.topic == "svc.heartbeat.\(beat.service)")
-            #expect(message.header.source == beat.service)
-            seen[beat.service] = beat
+        // The deadline shuts the client down, which ends the iteration: no wait is unbounded.
+        await withDeadline(.seconds(40), on: client) {
+            while Set(seen.keys) != expected, let message = await heartbeats.next() {
+                guard let beat = try? message.decode(Heartbeat.self) else { continue }
+                #expect(message.topic == "svc.heartbeat.\(beat.service)")
+                #expect(message.header.source == beat.service)
+                seen[beat.service] = beat
+            }
         }
         #expect(Set(seen.keys) == expected, "stderr of up:\n\(up.stderr)")
 
@@ -146,6 +148,42 @@ import Testing
         #expect(rows.map { $0["name"] as? String } == ["raw", "wrapper", "envelope"])
         #expect(rows.allSatisfy { ($0["msgs_per_s"] as? Int ?? 0) > 0 })
         #expect(rows.dropFirst().allSatisfy { $0["ratio_to_raw"] is Double })
+    }
+
+    /// The benchmark's JSON lines, by their `name`.
+    private func benchmarkRows(_ arguments: [String]) async throws -> [String: [[String: Any]]] {
+        let result = try await run("drivebus-bench", arguments)
+        #expect(result.status == 0, "\(result.stderr)")
+        let rows = try result.stdout.split(separator: "\n").map {
+            try JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any]
+        }
+        return Dictionary(grouping: rows) { $0["name"] as? String ?? "" }
+    }
+
+    @Test func accuracyBenchmarkScoresTheCalmDriveOfTheSyntheticPairHigher() async throws {
+        let rows = try await benchmarkRows(["accuracy", "--data", fixtures.appendingPathComponent("drives").path])
+        let drives = rows["accuracy.drive"] ?? []
+        let score = Dictionary(uniqueKeysWithValues: drives.map { ($0["behaviour"] as? String ?? "", $0["score"] as? Double ?? -1) })
+        // The calm driver never brakes or launches hard; the aggressive one does, every time.
+        #expect(score["normal"]! > 70 && score["aggressive"]! < 10, "\(score)")
+        let counts = Dictionary(uniqueKeysWithValues: drives.map { ($0["behaviour"] as? String ?? "", $0["counts"] as? [String: Int] ?? [:]) })
+        #expect(counts["normal"] == ["harsh_brake": 0, "harsh_accel": 0, "harsh_corner": 0, "speeding": 0])
+        #expect(counts["aggressive"]?["harsh_brake"] == 4)
+        #expect(drives.allSatisfy { abs($0["distance_error_pct"] as? Double ?? 99) <= 0.31 })
+        let summary = try #require(rows["accuracy.summary"]?.first)
+        #expect(summary["pairs"] as? Int == 1 && summary["calm_higher"] as? Int == 1)
+    }
+
+    @Test func checkoutBenchmarkChecksTheSyntheticRidersOutWithinTenSeconds() async throws {
+        let rows = try await benchmarkRows(["checkout", "--data", fixtures.appendingPathComponent("checkout-rides").path])
+        let summary = try #require(rows["checkout.summary"]?.first)
+        // Two rides end in a walk, one in a taxi queue that must not check out; live, batched
+        // and replayed the same.
+        #expect(summary["rides_with_change"] as? Int == 2 && summary["rides_without"] as? Int == 1)
+        #expect(summary["within_tolerance"] as? Int == 2)
+        #expect(summary["false_checkouts"] as? Int == 0 && summary["missed"] as? Int == 0)
+        #expect(summary["modes_differ"] as? Int == 0)
+        #expect((summary["median_abs_delay_s"] as? Double ?? 99) <= 10)
     }
 
     @Test func badConfigStopsStartUpWithOneLineNamingTheKey() async throws {

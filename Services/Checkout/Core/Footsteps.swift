@@ -51,6 +51,11 @@ struct Footsteps: Codable, Sendable, Equatable {
     private(set) var ridingAt: Date?
     /// Where and when the taxi stopped, while everything since is no faster than walking.
     private var stop: Sample?
+    /// The last fix still at the stop (within the fixes' accuracy): the walk began after it.
+    private var lastAtStop: Date?
+    /// Seconds since the stop that fixes vouch for: a silence counts only its first
+    /// `evidenceGapS`. One fix after a minute of silence proves nothing about that minute.
+    private var heardS: Double?
     /// The start of the phone's newest motion sample, when that says automotive or cycling.
     private var vehicleAt: Date?
 
@@ -72,33 +77,64 @@ struct Footsteps: Codable, Sendable, Equatable {
             return nil
         }
         let windowStart = recent.last { $0.time <= sample.time - SpeedWindow.seconds } ?? recent.first
+        let previous = recent.last
         recent.append(sample)
         recent.removeFirst(recent.prefix { $0.time < sample.time - Self.historyS }.count)
         guard let windowStart else { return nil }
 
         let reported = fix.speedMps.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
-        let windowSpeed = Self.clearDistance(windowStart, sample, noiseM: SpeedWindow.noiseM) / sample.time.timeIntervalSince(windowStart.time)
-        // The phone's Doppler speed, when it has one, says whether the taxi is moving; positions
-        // alone need the whole window to say it.
-        if (reported ?? windowSpeed) >= configuration.ridingSpeedMps {
-            ridingAt = sample.time
-            stop = nil
+        func speed(since start: Sample) -> Double {
+            Self.clearDistance(start, sample, noiseM: SpeedWindow.noiseM) / sample.time.timeIntervalSince(start.time)
+        }
+        let windowSpeed = speed(since: windowStart)
+        if let current = stop {
+            // Stopped: faster than walking again is the taxi moving on (a crawl in traffic).
+            let moving = reported ?? windowSpeed
+            if moving > configuration.walkingSpeedMaxMps {
+                if moving >= configuration.ridingSpeedMps { ridingAt = sample.time }
+                (stop, lastAtStop, heardS) = (nil, nil, nil)
+                return nil
+            }
+            if Self.clearDistance(current, sample) == 0 { lastAtStop = sample.time }
+            if let previous { heardS = (heardS ?? 0) + min(sample.time.timeIntervalSince(previous.time), Self.evidenceGapS) }
+        } else {
+            // The phone's Doppler speed, when it has one, says whether the taxi is moving;
+            // positions alone need the whole window to say it.
+            if (reported ?? windowSpeed) >= configuration.ridingSpeedMps {
+                ridingAt = sample.time
+                return nil
+            }
+            guard let ridingAt else { return nil }
+            // Still slowing down, or crawling in traffic.
+            if windowSpeed > configuration.walkingSpeedMaxMps || (reported ?? 0) > configuration.walkingSpeedMaxMps { return nil }
+            if let previous, previous.time == ridingAt, sample.time.timeIntervalSince(previous.time) > Self.silentStopS {
+                // The phone fell silent as the taxi stopped and was heard again on foot: the
+                // taxi stopped where it was last heard, and that is the best date for the walk
+                // too (on GeoLife's labelled rides, dating it by walking pace from there was
+                // later than the labels).
+                stop = previous
+                lastAtStop = previous.time
+            } else {
+                stop = sample
+                lastAtStop = sample.time
+            }
+            heardS = 0
             return nil
         }
-        guard ridingAt != nil else { return nil }
-        if windowSpeed > configuration.walkingSpeedMaxMps || (reported ?? 0) > configuration.walkingSpeedMaxMps {
-            stop = nil  // crawling in traffic, or still slowing down
-            return nil
-        }
-        guard let stop else {
-            stop = sample
-            return nil
-        }
-        guard sample.time >= stop.time + configuration.walkConfirmS, !inTraffic else { return nil }
+        guard let stop, (heardS ?? 0) >= configuration.walkConfirmS, !inTraffic else { return nil }
         let walkedM = Self.clearDistance(stop, sample)
         guard walkedM >= configuration.walkMinDistanceM else { return nil }
-        return Walk(start: stop.time, walkedM: walkedM)
+        // The walk began when the rider left the stop, not when the taxi reached it (paying and
+        // getting out take a minute or two).
+        return Walk(start: lastAtStop ?? stop.time, walkedM: walkedM)
     }
+
+    /// The most of a silence between two fixes that counts as heard.
+    static let evidenceGapS = 15.0
+
+    /// A silence longer than this between the last riding fix and the first slow one: the
+    /// phone lost its fix as the taxi stopped (it often does in the car).
+    static let silentStopS = 10.0
 
     /// The phone's newest motion sample.
     mutating func motion(_ activity: Activity, _ configuration: CheckoutConfiguration) {

@@ -14,10 +14,16 @@ struct DeviceState: Sendable, Codable {
     private var nextCentre = 0
     private var headingRaw: Double?
     private var headingUnwrapped = 0.0
+    /// The direction of travel from positions alone, to check the phone's course against.
+    private var trackRaw: Double?
+    private var trackUnwrapped: Double?
     private var lastEvaluatedTime: Double?
 
     /// The last fix kept, for speed, bearing and distance from positions.
     private var lastFix: Position?
+    /// The segment's recent positions, the first at least `derivedSpeedBaseS` old: speeds from
+    /// positions alone are taken over that base (optional: older checkpoints lack it).
+    private var recentPositions: Deque<Position>?
     /// The last speed and course that passed the plausibility checks (optional: checkpoints from
     /// before the checks decode without them).
     private var plausible: Plausible?
@@ -82,10 +88,16 @@ struct DeviceState: Sendable, Codable {
                 sample.speed = speed
                 sample.flags = Sample.hasSpeed | Sample.reportedSpeed
             }
-        } else if continuous, distance / dt < Tuning.maxSpeed, checks.admitSpeed(distance / dt, at: t) {
-            sample.speed = distance / dt
+        } else if continuous, let derived = derivedSpeed(t: t, lat: fix.lat, lon: fix.lon) ?? Optional(distance / dt),
+                  derived < Tuning.maxSpeed, checks.admitSpeed(derived, at: t) {
+            sample.speed = derived
             sample.flags = Sample.hasSpeed
         }
+        if !continuous { recentPositions = nil }
+        var recent = recentPositions ?? Deque()
+        recent.append(Position(t: t, lat: fix.lat, lon: fix.lon))
+        while recent.count > 1, t - recent[1].t >= Tuning.derivedSpeedBaseS { recent.removeFirst() }
+        recentPositions = recent
         if sample.flags != 0, sample.speed >= Tuning.minHeadingSpeed {
             var raw: Double?
             if let course = fix.courseDeg, course >= 0, course <= 360 {
@@ -96,9 +108,7 @@ struct DeviceState: Sendable, Codable {
             if let raw, checks.admitCourse(raw, speed: sample.speed, at: t) {
                 // Unwrap so a turn through north is continuous: 350°, 10° → 350, 370.
                 if let previous = headingRaw {
-                    var step = (raw - previous).truncatingRemainder(dividingBy: 360)
-                    if step > 180 { step -= 360 } else if step < -180 { step += 360 }
-                    headingUnwrapped += step
+                    headingUnwrapped += Self.turn(from: previous, to: raw)
                 } else {
                     headingUnwrapped = raw
                 }
@@ -108,6 +118,14 @@ struct DeviceState: Sendable, Codable {
             }
         }
         plausible = checks
+        // The direction between positions far enough apart that their noise does not swamp it.
+        if continuous, distance >= Tuning.minTrackStepM {
+            let raw = atan2(offset.x, offset.y) * 180 / .pi
+            let unwrapped = trackUnwrapped.map { $0 + Self.turn(from: trackRaw ?? raw, to: raw) } ?? raw
+            (trackRaw, trackUnwrapped) = (raw, unwrapped)
+            sample.track = unwrapped
+            sample.flags |= Sample.hasTrack
+        }
 
         if window.count >= Tuning.maxWindowSamples {
             // More fixes than a window should hold: thin the oldest, evaluated first.
@@ -124,6 +142,22 @@ struct DeviceState: Sendable, Codable {
         }
     }
 
+    /// The speed from positions alone: the straight distance from the newest recent position at
+    /// least `derivedSpeedBaseS` old (or the oldest there is) over the time between. One step at
+    /// 1 Hz turns a 3 m position error into 3 m/s; five steps into 0.6 m/s.
+    private func derivedSpeed(t: Double, lat: Double, lon: Double) -> Double? {
+        guard let base = recentPositions?.first, t > base.t else { return nil }
+        let offset = Kinematics.offset(fromLat: base.lat, lon: base.lon, toLat: lat, lon: lon)
+        return (offset.x * offset.x + offset.y * offset.y).squareRoot() / (t - base.t)
+    }
+
+    /// The signed turn from one direction to another, −180…180 degrees.
+    static func turn(from a: Double, to b: Double) -> Double {
+        var step = (b - a).truncatingRemainder(dividingBy: 360)
+        if step > 180 { step -= 360 } else if step < -180 { step += 360 }
+        return step
+    }
+
     /// Smooths around fix `k` (least-squares slopes of speed and heading over ±half a window),
     /// adds it to the totals and feeds the episode detectors.
     private mutating func evaluate(_ k: Int, _ tuning: Tuning, _ out: inout [ScorerOutput]) {
@@ -135,13 +169,26 @@ struct DeviceState: Sendable, Codable {
         while high + 1 < window.count, window[high + 1].t - tc <= tuning.halfWindow { high += 1 }
 
         var n = 0.0, sumT = 0.0, sumV = 0.0, sumTT = 0.0, sumTV = 0.0
+        var allReported = true
         var nHeading = 0.0, sumH = 0.0, sumTH = 0.0
+        var nTrack = 0.0, sumTk = 0.0, sumTTk = 0.0, sumK = 0.0, sumTK = 0.0
+        var trackReference: Double?
         var firstT = Double.infinity, lastT = -Double.infinity
         let reference = centre.heading
         for index in low...high {
             let sample = window[index]
-            guard sample.flags & Sample.hasSpeed != 0 else { continue }
             let dt = sample.t - tc
+            if sample.flags & Sample.hasTrack != 0 {
+                let reference = trackReference ?? sample.track
+                trackReference = reference
+                nTrack += 1
+                sumTk += dt
+                sumTTk += dt * dt
+                sumK += sample.track - reference
+                sumTK += dt * (sample.track - reference)
+            }
+            guard sample.flags & Sample.hasSpeed != 0 else { continue }
+            if sample.flags & Sample.reportedSpeed == 0 { allReported = false }
             n += 1
             sumT += dt
             sumV += sample.speed
@@ -164,11 +211,20 @@ struct DeviceState: Sendable, Codable {
         // Fixes a few milliseconds apart would turn noise into huge slopes.
         if n >= 2, lastT - firstT >= 0.5 {
             let denominator = n * sumTT - sumT * sumT
-            acceleration = (n * sumTV - sumT * sumV) / denominator
+            // Speeds from positions alone are too noisy to differentiate: on real 1 Hz drives
+            // they gave calm drivers 9–11 harsh events each (docs/scoring.md). They still give
+            // the speed for speeding and cornering.
+            if allReported { acceleration = (n * sumTV - sumT * sumV) / denominator }
             support = (lastT - firstT) / (n - 1)
             if nHeading == n, let speed = meanSpeed, speed >= tuning.cornerMinSpeed {
-                let yawDegreesPerSecond = (n * sumTH - sumT * sumH) / denominator
-                lateral = speed * abs(yawDegreesPerSecond) * .pi / 180
+                var yawDegreesPerSecond = abs((n * sumTH - sumT * sumH) / denominator)
+                // The phone's course lags and jumps at interchanges; where the positions show a
+                // gentler turn, the turn was gentler. Both must see it.
+                let trackDenominator = nTrack * sumTTk - sumTk * sumTk
+                if nTrack >= 3, trackDenominator > 0 {
+                    yawDegreesPerSecond = min(yawDegreesPerSecond, abs((nTrack * sumTK - sumTk * sumK) / trackDenominator))
+                }
+                lateral = speed * yawDegreesPerSecond * .pi / 180
             }
         } else if k > 0, let sparse = Self.sparseAcceleration(from: window[k - 1], to: centre) {
             // Too few fixes for a fit (a phone recording every few seconds): the interval to the
@@ -216,9 +272,10 @@ struct DeviceState: Sendable, Codable {
         {
             emit(done, .harshAccel, tuning, &out)
         }
+        let cornerThreshold = tuning.cornerThreshold(speed: meanSpeed ?? 0)
         if let done = corner.step(
-            at, beyond: lateral.map { $0 >= tuning.corner } ?? false,
-            holding: lateral.map { $0 >= tuning.corner * release } ?? false, value: lateral ?? 0, support: support, gap: gap)
+            at, beyond: lateral.map { $0 >= cornerThreshold } ?? false,
+            holding: lateral.map { $0 >= cornerThreshold * release } ?? false, value: lateral ?? 0, support: support, gap: gap)
         {
             emit(done, .harshCorner, tuning, &out)
         }
@@ -247,7 +304,8 @@ struct DeviceState: Sendable, Codable {
     /// time at the end and at the start speed, `d − v0·dt = Δv·P` and `v1·dt − d = Δv·Q`, so the
     /// phase lasts at most `2·min(P, Q)`. The distance's error (`sparseDistanceNoiseM`) is taken in
     /// the direction that makes the phase longer: the estimate never overstates. It is never less
-    /// than the mean `Δv/dt`. Nil when either speed was not reported or the gap is too long.
+    /// than the mean `Δv/dt`. Nil when either speed was not reported, the gap is too long, or the
+    /// least acceleration is beyond any car's.
     static func sparseAcceleration(from a: Sample, to b: Sample) -> Double? {
         let dt = b.t - a.t
         guard a.flags & Sample.reportedSpeed != 0, b.flags & Sample.reportedSpeed != 0,
@@ -261,7 +319,9 @@ struct DeviceState: Sendable, Codable {
         guard min(p, q) >= 0 else { return dv / dt }
         let half = min(dt / 2, min(p, q) + Tuning.sparseDistanceNoiseM / abs(dv))
         let bound = dv / (2 * half)
-        return min(max(bound, -Plausible.maxAccelerationMps2), Plausible.maxAccelerationMps2)
+        // Beyond what a car can do: one of the two speeds is a glitch (a 0 at cruising speed
+        // every 10 s passes the plausibility check), so the interval says nothing.
+        return abs(bound) <= Plausible.maxAccelerationMps2 ? bound : nil
     }
 
     /// Evaluates what is left of the segment with the fixes there are, and closes every episode.
@@ -271,6 +331,7 @@ struct DeviceState: Sendable, Codable {
         window.removeAll()
         nextCentre = 0
         headingRaw = nil
+        (trackRaw, trackUnwrapped) = (nil, nil)
         lastEvaluatedTime = nil
     }
 
@@ -450,6 +511,8 @@ struct Sample: Sendable, Codable {
     static let hasHeading: UInt8 = 2
     /// The speed is the phone's (Doppler), not derived from positions.
     static let reportedSpeed: UInt8 = 4
+    /// `track` holds the direction from the previous fix's position.
+    static let hasTrack: UInt8 = 8
 
     var seq: UInt64
     var t: Double
@@ -460,6 +523,8 @@ struct Sample: Sendable, Codable {
     var speed = 0.0
     /// Unwrapped, degrees.
     var heading = 0.0
+    /// Unwrapped, degrees, from positions.
+    var track = 0.0
     var flags: UInt8 = 0
 
     init(seq: UInt64, t: Double, lat: Double, lon: Double, distance: Double) {
@@ -470,7 +535,8 @@ struct Sample: Sendable, Codable {
         self.distance = distance
     }
 
-    // Compact in the checkpoint: `[seq, t, lat, lon, distance, speed, heading, flags]`.
+    // Compact in the checkpoint: `[seq, t, lat, lon, distance, speed, heading, flags, track]`
+    // (`track` absent in checkpoints written before it).
     init(from decoder: any Decoder) throws {
         var c = try decoder.unkeyedContainer()
         seq = try c.decode(UInt64.self)
@@ -481,6 +547,7 @@ struct Sample: Sendable, Codable {
         speed = try c.decode(Double.self)
         heading = try c.decode(Double.self)
         flags = try c.decode(UInt8.self)
+        if !c.isAtEnd { track = try c.decode(Double.self) }
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -493,6 +560,7 @@ struct Sample: Sendable, Codable {
         try c.encode(speed)
         try c.encode(heading)
         try c.encode(flags)
+        try c.encode(track)
     }
 }
 

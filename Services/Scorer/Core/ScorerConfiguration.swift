@@ -5,12 +5,17 @@ import Foundation
 /// property in snake_case (see `CodingKeys`). Missing keys keep their defaults. The thresholds and
 /// their published sources are in docs/scoring.md.
 public struct ScorerConfiguration: Sendable, Equatable, Codable {
-    /// `harsh_brake_mps2`: negative; −3.4 m/s² is 0.35 g.
-    public var harshBrakeMps2 = -3.4
-    /// `harsh_accel_mps2`: 2.9 m/s² is 0.30 g.
-    public var harshAccelMps2 = 2.9
-    /// `harsh_corner_mps2`: lateral; 3.9 m/s² is 0.40 g.
+    /// `harsh_brake_mps2`: negative, as fitted from the phone's speeds over `smoothing_window_s`
+    /// (which sees less than an accelerometer's peak); calibrated on real drives in docs/scoring.md.
+    public var harshBrakeMps2 = -1.8
+    /// `harsh_accel_mps2`: likewise.
+    public var harshAccelMps2 = 1.8
+    /// `harsh_corner_mps2`: lateral; 3.9 m/s² is 0.40 g. The most a corner is allowed at any
+    /// speed (see `corner_margin`).
     public var harshCornerMps2 = 3.9
+    /// `corner_margin`: a corner is harsh beyond this multiple of the lateral acceleration road
+    /// design allows at the speed driven (docs/scoring.md).
+    public var cornerMargin = 1.2
     /// `corner_min_speed_mps`: below it, heading changes are manoeuvring, not cornering.
     public var cornerMinSpeedMps = 8.0
     /// `speed_limit_kmh`: the limit outside every zone; `nil` means none.
@@ -43,7 +48,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
     /// `score_min_duration_s`: speeding seconds per hour are counted over at least this time.
     public var scoreMinDurationS = 600.0
     /// `speed_variation_calm_mps2`: speed variation up to this costs no points.
-    public var speedVariationCalmMps2 = 0.5
+    public var speedVariationCalmMps2 = 0.25
     /// `weights`: score points lost per unit (see docs/scoring.md).
     public var weights = Weights()
     /// `history_fixes`: per-device fixes remembered to attribute work to a trip that is announced
@@ -52,7 +57,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
 
     public struct Weights: Sendable, Equatable, Codable {
         /// `harsh_brake`: points per harsh brake per 100 km.
-        public var harshBrake = 1.5
+        public var harshBrake = 1.0
         /// `harsh_accel`: points per harsh acceleration per 100 km.
         public var harshAccel = 1.0
         /// `harsh_corner`: points per harsh corner per 100 km.
@@ -60,7 +65,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         /// `speeding_s_per_h`: points per second of speeding per hour.
         public var speedingSPerH = 0.05
         /// `speed_variation`: points per 0.1 m/s² of speed variation above the calm level.
-        public var speedVariation = 5.0
+        public var speedVariation = 6.0
 
         public init() {}
 
@@ -89,6 +94,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         case harshBrakeMps2 = "harsh_brake_mps2"
         case harshAccelMps2 = "harsh_accel_mps2"
         case harshCornerMps2 = "harsh_corner_mps2"
+        case cornerMargin = "corner_margin"
         case cornerMinSpeedMps = "corner_min_speed_mps"
         case speedLimitKmh = "speed_limit_kmh"
         case speedingTolerance = "speeding_tolerance"
@@ -115,6 +121,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         harshBrakeMps2 = try value(.harshBrakeMps2, d.harshBrakeMps2)
         harshAccelMps2 = try value(.harshAccelMps2, d.harshAccelMps2)
         harshCornerMps2 = try value(.harshCornerMps2, d.harshCornerMps2)
+        cornerMargin = try value(.cornerMargin, d.cornerMargin)
         cornerMinSpeedMps = try value(.cornerMinSpeedMps, d.cornerMinSpeedMps)
         speedLimitKmh = try c.decodeIfPresent(Double.self, forKey: .speedLimitKmh)
         speedingTolerance = try value(.speedingTolerance, d.speedingTolerance)
@@ -142,6 +149,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         try check(finite(harshBrakeMps2) && harshBrakeMps2 < 0 && harshBrakeMps2 > -50, "harsh_brake_mps2", "must be negative (a deceleration), above -50")
         try check(finite(harshAccelMps2) && harshAccelMps2 > 0 && harshAccelMps2 < 50, "harsh_accel_mps2", "must be between 0 and 50")
         try check(finite(harshCornerMps2) && harshCornerMps2 > 0 && harshCornerMps2 < 50, "harsh_corner_mps2", "must be between 0 and 50")
+        try check(finite(cornerMargin) && cornerMargin >= 0.1 && cornerMargin <= 100, "corner_margin", "must be between 0.1 and 100")
         try check(finite(cornerMinSpeedMps) && cornerMinSpeedMps >= 0, "corner_min_speed_mps", "must be 0 or more")
         if let limit = speedLimitKmh {
             try check(finite(limit) && limit > 0, "speed_limit_kmh", "must be positive")

@@ -11,6 +11,7 @@ struct Tuning: Sendable {
     let brake: Double
     let accel: Double
     let corner: Double
+    let cornerMargin: Double
     let cornerMinSpeed: Double
     let release: Double
     let episodeGap: Double
@@ -36,6 +37,10 @@ struct Tuning: Sendable {
     /// A harsh episode needs estimates standing for this long: two fixes at 1 Hz, one sparse
     /// interval. A single noisy sample never makes an event.
     static let minEpisodeSupportS = 1.5
+    /// Speeds from positions alone are taken over at least this long (see `derivedSpeed`).
+    static let derivedSpeedBaseS = 5.0
+    /// Positions closer than this give no direction worth comparing with the course.
+    static let minTrackStepM = 3.0
     /// More fixes than this within one smoothing window (over 85 Hz at 3 s) are thinned.
     static let maxWindowSamples = 256
 
@@ -46,9 +51,10 @@ struct Tuning: Sendable {
         halfWindow = clamp(c.smoothingWindowS, 0.5, 60, 3) / 2
         maxGap = clamp(c.maxGapS, 0.1, 86_400, 15)
         maxAccuracy = c.maxAccuracyM.isNaN ? 100 : max(c.maxAccuracyM, 0)
-        brake = clamp(-c.harshBrakeMps2, 0.1, 100, 3.4)
-        accel = clamp(c.harshAccelMps2, 0.1, 100, 2.9)
+        brake = clamp(-c.harshBrakeMps2, 0.1, 100, 1.8)
+        accel = clamp(c.harshAccelMps2, 0.1, 100, 1.8)
         corner = clamp(c.harshCornerMps2, 0.1, 100, 3.9)
+        cornerMargin = clamp(c.cornerMargin, 0.1, 100, 1.2)
         cornerMinSpeed = clamp(c.cornerMinSpeedMps, 0, 100, 8)
         release = clamp(c.releaseFraction, 0.01, 1, 0.75)
         episodeGap = clamp(c.episodeGapS, 0, 86_400, 3)
@@ -60,14 +66,24 @@ struct Tuning: Sendable {
         historyCapacity = min(max(c.historyFixes, 16), 1_000_000)
         minDistanceKm = clamp(c.scoreMinDistanceKm, 0.001, 1_000_000, 10)
         minDurationS = clamp(c.scoreMinDurationS, 1, 1_000_000, 600)
-        calmVariation = clamp(c.speedVariationCalmMps2, 0, 100, 0.5)
+        calmVariation = clamp(c.speedVariationCalmMps2, 0, 100, 0.25)
         var w = c.weights
-        w.harshBrake = clamp(w.harshBrake, 0, 1_000_000, 1.5)
+        w.harshBrake = clamp(w.harshBrake, 0, 1_000_000, 1)
         w.harshAccel = clamp(w.harshAccel, 0, 1_000_000, 1)
         w.harshCorner = clamp(w.harshCorner, 0, 1_000_000, 1)
         w.speedingSPerH = clamp(w.speedingSPerH, 0, 1_000_000, 0.05)
-        w.speedVariation = clamp(w.speedVariation, 0, 1_000_000, 5)
+        w.speedVariation = clamp(w.speedVariation, 0, 1_000_000, 6)
         weights = w
+    }
+
+    /// The lateral acceleration beyond which a corner is harsh at `speed` (m/s): `corner_margin`
+    /// times what road design allows there, g × (superelevation 0.06 + side friction), the side
+    /// friction falling from 0.28 at 30 km/h to 0.12 at 110 km/h; never above `harsh_corner_mps2`.
+    /// A ramp taken at the speed its curve was built for stays under it at any speed.
+    func cornerThreshold(speed: Double) -> Double {
+        let kmh = speed * 3.6
+        let sideFriction = min(max(0.28 - 0.002 * (kmh - 30), 0.12), 0.28)
+        return min(corner, cornerMargin * 9.80665 * (0.06 + sideFriction))
     }
 
     /// The limit in force at a position: the lowest of the zones containing it, else the global one.
