@@ -67,6 +67,11 @@ struct CheckoutBench: ParsableCommand {
             if differ { modesDiffer += 1 }
 
             var line: [String: Any] = ["name": "checkout.ride", "ride": name, "fixes": fixes.count, "modes_agree": !differ]
+            if differ {
+                for (mode, result) in [("replayed", replayed), ("live", live), ("batched", batched)] {
+                    line[mode] = result.map { "\($0.reason.rawValue) \(RFC3339.format($0.checkoutTime))" }
+                }
+            }
             let checkout = replayed.first { $0.reason != .maxRide }
             if let checkout {
                 line["reason"] = checkout.reason.rawValue

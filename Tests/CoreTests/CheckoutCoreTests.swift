@@ -379,6 +379,33 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(checkoutRun(feed.inputs).isEmpty)
     }
 
+    @Test func aFixHoursAfterTheStopConfirmsNoWalk() {
+        // The taxi stops and the phone stays 80 s at the stop, then falls silent; one fix 60 m
+        // away three hours later. Live, the clock would have run on without a walk; replayed,
+        // that one fix must not confirm a walk either: both end at max_ride, the same.
+        var ride = CheckoutFeed()
+        ride.checkin(0)
+        for t in stride(from: 0.0, through: 300, by: 10) { ride.fix(t, x: t * 10, speed: 10) }
+        for t in stride(from: 310.0, through: 390, by: 10) { ride.fix(t, x: 3000, speed: 0) }
+        ride.fix(11_190, x: 3060, speed: 0)
+        ride.fix(11_200, x: 3061, speed: 0)
+        ride.fix(21_700, x: 3061, speed: 0)  // the next fix, past max_ride
+        var live = CheckoutFeed()
+        var clock = 390.0
+        for input in ride.inputs {
+            if case .fix(let fix) = input {
+                let t = fix.time.timeIntervalSince(checkoutT0)
+                if t > clock + 1 { live.ticks(from: clock + 1, through: t - 1) }
+                clock = max(clock, t)
+            }
+            live.inputs.append(input)
+        }
+        let out = checkoutRun(ride.inputs)
+        #expect(out.map(\.reason) == [.maxRide])
+        #expect(out.map(\.checkoutTime) == [checkoutAt(21_600)])
+        #expect(checkoutRun(live.inputs).map(\.checkoutTime) == out.map(\.checkoutTime))
+    }
+
     @Test func aReplayedOldRideChecksOutAsLive() {
         var phone = NoisyPhone()
         var ride = CheckoutFeed()

@@ -448,6 +448,49 @@ extension JSONValue {
         await #expect(throws: StatsError.self) { try await store.sessions(candidate: "bob", StatsQuery()) }
     }
 
+    @Test func candidateReportShowsWhereThePointsWentTheWorstMomentsAndTheTrend() async throws {
+        let scratch = StatsScratch()
+        let store = try statsViennaStore(scratch)
+        func component(_ name: String, _ value: Double, _ points: Double) -> [String: Any] {
+            ["name": name, "value": value, "unit": name == "speed_variation" ? "mps2" : "per_100km", "points": points]
+        }
+        func scored(_ trip: String, _ session: String, _ score: Double, variation: Double, brakes: [Double]) -> StoredEvent {
+            statsEvent("drive.scored", statsJSON([
+                "trip_id": trip, "device": "car", "start_time": "2021-11-03T16:19:50Z", "score": score, "distance_m": 22_300,
+                "events": brakes.enumerated().map { index, peak in
+                    ["type": "harsh_brake", "time": "2021-11-03T16:3\(index):00Z", "peak_mps2": peak, "lat": 48.2, "lon": 16.37] as [String: Any]
+                },
+                "counts": ["harsh_brake": brakes.count], "events_per_100km": Double(brakes.count) * 100 / 22.3,
+                "speed_variation": variation, "session": ["id": session, "candidate": "anna"],
+                "components": [component("speed_variation", variation, 6 * (variation - 0.25) / 0.1), component("harsh_brake", Double(brakes.count) * 100 / 22.3, Double(brakes.count) * 100 / 22.3)],
+            ] as [String: Any]))
+        }
+        try await store.store([
+            statsEvent("session.started", statsJSON(["session_id": "s1", "device": "car", "candidate": "anna", "time": "2021-11-03T16:00:00Z"])),
+            statsEvent("session.stopped", statsJSON(["device": "car", "time": "2021-11-03T17:00:00Z"])),
+            statsEvent("trip.ended", id: "trip-2", statsTripEnded(statsVienna, id: "car-2")),
+            statsEvent("session.started", statsJSON(["session_id": "s2", "device": "car", "candidate": "anna", "time": "2021-11-03T16:00:01Z"])),
+            statsEvent("session.stopped", statsJSON(["device": "car", "time": "2021-11-03T17:00:00Z"])),
+            // The first mock test: jerky, three hard brakes; the second: smoother, one.
+            scored("car-1", "s1", 60, variation: 0.45, brakes: [-2.1, -3.0, -1.9]),
+            scored("car-2", "s2", 80, variation: 0.35, brakes: [-2.5]),
+        ])
+        let json = statsParse(String(decoding: try await store.sessionsJSON(candidate: "anna", StatsQuery()), as: UTF8.self))
+        #expect(json.stats("sessions")?.statsArray.count == 2)
+        // Mean over the two drives: variation (0.45 + 0.35) / 2, points (12 + 6) / 2.
+        #expect(json.stats("components", 0, "name")?.statsString == "speed_variation")
+        #expect(abs((json.stats("components", 0, "mean_value")?.statsNumber ?? 0) - 0.4) < 1e-9)
+        #expect(abs((json.stats("components", 0, "mean_points")?.statsNumber ?? 0) - 9) < 1e-9)
+        // The hardest brakes first, each with its trip and session.
+        let worst = json.stats("worst_moments")?.statsArray ?? []
+        #expect(worst.count == 4)
+        #expect(worst.map { $0.stats("event", "peak_mps2")?.statsNumber } == [-3.0, -2.5, -2.1, -1.9])
+        #expect(worst.first?.stats("trip_id")?.statsString == "car-1" && worst.first?.stats("session_id")?.statsString == "s1")
+        // From 60 to 80 over two mock tests: 20 points a test.
+        #expect(json.stats("trend", "per_session")?.statsNumber == 20)
+        #expect(json.stats("trend", "scores")?.statsArray.map { $0.stats("average_score")?.statsNumber } == [60, 80])
+    }
+
     /// Numbers that Swift spells with an exponent still come out as plain decimals, exactly.
     @Test func exportsWritePlainDecimalsThatReadBackExactly() throws {
         let scratch = StatsScratch()

@@ -87,6 +87,13 @@ struct Footsteps: Codable, Sendable, Equatable {
             Self.clearDistance(start, sample, noiseM: SpeedWindow.noiseM) / sample.time.timeIntervalSince(start.time)
         }
         let windowSpeed = speed(since: windowStart)
+        if stop != nil, let previous, sample.time.timeIntervalSince(previous.time) > Self.lostS {
+            // Silent this long at the stop: what the rider did meanwhile is unknown (a fix hours
+            // later must not confirm a walk that a running clock would have given up on). Judged
+            // afresh from here.
+            (stop, lastAtStop, heardS) = (sample, sample.time, 0)
+            return nil
+        }
         if let current = stop {
             // Stopped: faster than walking again is the taxi moving on (a crawl in traffic).
             let moving = reported ?? windowSpeed
@@ -129,6 +136,8 @@ struct Footsteps: Codable, Sendable, Equatable {
         return Walk(start: lastAtStop ?? stop.time, walkedM: walkedM)
     }
 
+    /// A silence at the stop longer than this starts the judgement again.
+    static let lostS = 120.0
     /// The most of a silence between two fixes that counts as heard.
     static let evidenceGapS = 15.0
 
