@@ -54,7 +54,15 @@ let package = Package(
             pkgConfig: "libxml-2.0",
             providers: [.apt(["libxml2-dev"])]
         ),
+        .systemLibrary(
+            name: "CQREncode",
+            path: "Shared/CQREncode",
+            pkgConfig: "libqrencode",
+            providers: [.apt(["libqrencode-dev"])]
+        ),
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
+        // QR codes for phone setup (libqrencode), drawn for a terminal or as SVG.
+        .target(name: "DrivebusQRCode", dependencies: ["CQREncode"], path: "Shared/QRCode"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
         // Shared: pure models and the libraries every process uses. Nothing here knows a service.
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
@@ -85,7 +93,10 @@ let package = Package(
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",
-            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging],
+            dependencies: [
+                "DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging,
+                .product(name: "Crypto", package: "swift-crypto"),
+            ],
             path: "Services/Config"
         ),
         .target(
@@ -100,7 +111,7 @@ let package = Package(
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit", "DrivebusConfiguration"], path: "Services/Bus"),
         .executableTarget(
             name: "drivebus",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", .product(name: "AsyncHTTPClient", package: "async-http-client")],
             path: "Services/CLI"
         ),
         .executableTarget(
@@ -136,7 +147,7 @@ let package = Package(
             name: "CoreTests",
             dependencies: [
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
-                "IngestCore", "CheckoutCore",
+                "IngestCore", "CheckoutCore", "DrivebusQRCode",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

@@ -8,7 +8,7 @@ struct DrivebusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drivebus",
         abstract: "Operate drivebus: the home server for your phones' location and motion data.",
-        subcommands: [Up.self, Status.self, Tail.self, Import.self, Checkin.self, Export.self, Keygen.self]
+        subcommands: [Up.self, Status.self, Tail.self, DeviceCommand.self, Import.self, Checkin.self, Export.self, Keygen.self]
     )
 }
 
@@ -37,6 +37,16 @@ struct Up: ParsableCommand {
         if case .file(let path) = origin { arguments = ["--config", path] }
         let executable = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
         let binDirectory = URL(fileURLWithPath: executable).deletingLastPathComponent().path
+        let added = (try? DeviceRegistry(layout: config.layout).load()) ?? []
+        if config.devices(with: added).isEmpty {
+            // A fresh install: say the one thing to do next.
+            let command = ([executable, "device", "add", "my-phone", "--app", "owntracks"] + arguments).joined(separator: " ")
+            FileHandle.standardError.write(Data("""
+                drivebus up: no phone can send yet. Add the first one (in another terminal) and scan its code:
+                  \(command)
+
+                """.utf8))
+        }
         do {
             try config.layout.prepare()
             let supervisor = try Supervisor(

@@ -1,6 +1,7 @@
 import ArgumentParser
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusSchema
 import DrivebusTrackFormats
 import Foundation
 import IngestCore
@@ -22,6 +23,7 @@ struct Import: AsyncParsableCommand {
 
     func run() async throws {
         let config = try loadConfig(options)
+        try createDeviceIfMissing(config)
         let bus = BusClient(settings: config.process, name: "import")
         let failed: Bool
         do {
@@ -32,6 +34,24 @@ struct Import: AsyncParsableCommand {
         }
         await bus.shutdown()
         if failed { throw ExitCode(1) }
+    }
+
+    /// Import is local and trusted: a device it names that does not exist is added to the
+    /// registry (with a token, for when a phone joins it later), and ingest finds it on the first
+    /// batch.
+    private func createDeviceIfMissing(_ config: DrivebusConfig) throws {
+        guard DeviceID.isValid(device) else { throw ValidationError("--device must match [A-Za-z0-9_-]{1,64}") }
+        let registry = DeviceRegistry(layout: config.layout)
+        do {
+            var entries = try registry.load()
+            guard !config.devices(with: entries).contains(where: { $0.id == device }) else { return }
+            entries.append(DeviceRegistry.Entry(id: device, token: DeviceRegistry.newToken(), app: nil, addedAt: Date()))
+            try registry.save(entries)
+        } catch {
+            FileHandle.standardError.write(Data("drivebus import: \(error)\n".utf8))
+            throw ExitCode(2)
+        }
+        print("drivebus import: created device \"\(device)\" (`drivebus device rotate-token \(device)` connects a phone to it)")
     }
 
     /// Returns whether any file could not be read.

@@ -29,16 +29,19 @@ public struct DrivebusConfig: Sendable, Equatable {
 
     public struct Device: Sendable, Equatable {
         public var id: String
-        /// Never logged. `nil` for a device that authenticates by id alone.
+        /// Never logged. `nil` for a device that authenticates by id alone, or by `tokenSHA256`.
         public var token: String?
+        /// For a device added with `drivebus device add`: only its token's SHA-256 is known.
+        public var tokenSHA256: [UInt8]?
         /// Traccar Client sends no secret: accept its `id` as the credential, as Traccar does.
         public var allowIDAuth: Bool
         /// The device's home zone, for time-away statistics.
         public var home: String?
 
-        public init(id: String, token: String?, allowIDAuth: Bool = false, home: String? = nil) {
+        public init(id: String, token: String?, tokenSHA256: [UInt8]? = nil, allowIDAuth: Bool = false, home: String? = nil) {
             self.id = id
             self.token = token
+            self.tokenSHA256 = tokenSHA256
             self.allowIDAuth = allowIDAuth
             self.home = home
         }
@@ -52,6 +55,8 @@ public struct DrivebusConfig: Sendable, Equatable {
             self.port = port
         }
         public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+        /// Reachable from this machine only.
+        public var isLoopback: Bool { host == "localhost" || host == "::1" || host.hasPrefix("127.") }
     }
 
     public struct Ingest: Sendable, Equatable {

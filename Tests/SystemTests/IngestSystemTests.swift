@@ -111,8 +111,13 @@ struct ReplayReply: Decodable {
         #expect(again.stdout == "\(gpx): 1525 points, 0 imported, 1525 already there, 0 refused, 0 without a time\n")
         let done = try #require(await next(&messages, of: client) { $0.topic == "import.finished.car" })
         #expect(try done.decode(ImportFinished.self) == ImportFinished(seq: 1529, device: "car", file: "car_vienna_osm_1hz.gpx", fixes: 1525))
+        // Import is local and trusted: a device it names that does not exist is created.
         let unknown = try await run("drivebus", ["import", "--config", path, "--device", "nobody", gpx])
-        #expect(unknown.status != 0)
+        #expect(unknown.status == 0, "\(unknown.stderr)")
+        #expect(unknown.stdout.hasPrefix("drivebus import: created device \"nobody\""))
+        #expect(unknown.stdout.hasSuffix("\(gpx): 1525 points, 1525 imported, 0 already there, 0 refused, 0 without a time\n"))
+        let invalid = try await run("drivebus", ["import", "--config", path, "--device", "no body", gpx])
+        #expect(invalid.status != 0 && invalid.stderr.contains("--device"))
 
         await client.shutdown()
         ingest.signal(SIGTERM)

@@ -20,7 +20,12 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
         }
     }
     logger.info("journal open", metadata: ["path": "\(journal.path)", "last_seq": "\(journal.lastSeq)"])
-    let handler = IngestHandler(config: config, journal: journal)
+    let registry = DeviceRegistry(layout: config.layout)
+    var entries: [DeviceRegistry.Entry] = []
+    do { entries = try registry.load() } catch { logger.error("devices added with `drivebus device` are not loaded: \(error)") }
+    let handler = IngestHandler(
+        config: config, devices: config.devices(with: entries), latestDevices: { (try? registry.load()).map(config.devices(with:)) },
+        journal: journal)
     let listen = config.ingest.listen
     let http = Application(
         router: makeIngestRouter(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
@@ -29,7 +34,7 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     )
     return ServiceParts(
         // ServiceGroup stops services in reverse order: HTTP first, then the journal.
-        services: [JournalCloser(journal: journal), http],
+        services: [JournalCloser(journal: journal), DeviceWatcher(registry: registry, config: config, handler: handler, logger: logger), http],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
         lastSeq: { ["journal": journal.lastSeq] },
         counters: { handler.droppedReadings.snapshot }
@@ -120,5 +125,53 @@ struct JournalCloser: Service {
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             Thread { journal.shutdown(); continuation.resume() }.start()
         }
+    }
+}
+
+/// Picks up `drivebus device add|remove|rotate-token` within a second, without a restart: the
+/// registry file is checked twice a second (on a dispatch queue, not the cooperative pool) and
+/// reloaded whole when it was replaced. A file that does not parse keeps the devices in force.
+struct DeviceWatcher: Service {
+    let registry: DeviceRegistry
+    let config: DrivebusConfig
+    let handler: IngestHandler
+    let logger: Logger
+
+    static let interval = Duration.milliseconds(500)
+    private static let queue = DispatchQueue(label: "drivebus.ingest.devices")
+
+    func run() async throws {
+        let first = await Self.onQueue { Self.identity(registry.path) }
+        await cancelWhenGracefulShutdown {
+            var seen = first
+            while !Task.isCancelled {
+                try? await Task.sleep(for: Self.interval)
+                let identity = await Self.onQueue { Self.identity(registry.path) }
+                guard identity != seen else { continue }
+                seen = identity
+                let loaded = await Self.onQueue { () -> Result<[DeviceRegistry.Entry], ConfigError> in
+                    Result { () throws(ConfigError) in try registry.load() }
+                }
+                switch loaded {
+                case .success(let entries):
+                    let devices = config.devices(with: entries)
+                    handler.reloadDevices(devices)
+                    logger.info("devices reloaded", metadata: ["devices": "\(devices.count)"])
+                case .failure(let error):
+                    logger.error("devices not reloaded, the previous ones stay: \(error)")
+                }
+            }
+        }
+    }
+
+    /// Inode, size and modification time: a rename or a rewrite changes at least one.
+    static func identity(_ path: String) -> [Int]? {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return nil }
+        return [Int(info.st_ino), Int(info.st_size), Int(info.st_mtim.tv_sec), Int(info.st_mtim.tv_nsec)]
+    }
+
+    static func onQueue<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in queue.async { continuation.resume(returning: work()) } }
     }
 }

@@ -6,11 +6,14 @@ import Foundation
 /// Which device a request speaks for. The token decides; a client's own label never does.
 public struct DeviceDirectory: Sendable {
     private let tokens: [(token: [UInt8], device: String)]
+    /// Devices known by their token's SHA-256 (added with `drivebus device add`).
+    private let hashedTokens: [(digest: [UInt8], device: String)]
     private let idAuthDevices: Set<String>
     private let known: Set<String>
 
     public init(_ devices: [DrivebusConfig.Device]) {
         tokens = devices.compactMap { device in device.token.map { (Array($0.utf8), device.id) } }
+        hashedTokens = devices.compactMap { device in device.tokenSHA256.map { ($0, device.id) } }
         idAuthDevices = Set(devices.filter(\.allowIDAuth).map(\.id))
         known = Set(devices.map(\.id))
     }
@@ -24,6 +27,12 @@ public struct DeviceDirectory: Sendable {
         var found: String?
         for entry in tokens where Self.constantTimeEqual(candidate, entry.token) {
             found = entry.device
+        }
+        if !hashedTokens.isEmpty {
+            let digest = DeviceRegistry.sha256(candidate)
+            for entry in hashedTokens where Self.constantTimeEqual(digest, entry.digest) {
+                found = entry.device
+            }
         }
         return found
     }

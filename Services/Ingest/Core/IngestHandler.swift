@@ -64,7 +64,11 @@ public struct IngestEndpoint: Sendable {
 
 /// The ingest service's core: authenticates, parses, validates, journals, answers.
 public final class IngestHandler: Sendable {
-    private let devices: DeviceDirectory
+    /// Swapped whole when `drivebus device` changes the registry (see `reloadDevices`).
+    private let directory: Mutex<DeviceDirectory>
+    private var devices: DeviceDirectory { directory.withLock { $0 } }
+    /// Reads the device list afresh: a local tool may have added a device a moment ago.
+    private let latestDevices: (@Sendable () -> [DrivebusConfig.Device]?)?
     private let parsers: ClientParsers
     private let journal: Journal
     private let motion = MotionChanges()
@@ -74,10 +78,25 @@ public final class IngestHandler: Sendable {
     /// restart a stop without `session_id` closes whatever session consumers have open.
     private let sessions = Mutex<[String: String]>([:])
 
-    public init(config: DrivebusConfig, journal: Journal, now: @escaping @Sendable () -> Date = { Date() }) {
-        devices = DeviceDirectory(config.devices)
+    /// - Parameters:
+    ///   - devices: who may send; the config's `devices:` when nil.
+    ///   - latestDevices: the list as it is now (config and registry), asked when a local tool
+    ///     names a device not yet known.
+    public init(
+        config: DrivebusConfig, devices: [DrivebusConfig.Device]? = nil, latestDevices: (@Sendable () -> [DrivebusConfig.Device]?)? = nil,
+        journal: Journal, now: @escaping @Sendable () -> Date = { Date() }
+    ) {
+        directory = Mutex(DeviceDirectory(devices ?? config.devices))
+        self.latestDevices = latestDevices
         parsers = ClientParsers(normalizer: Normalizer(now: now, dropped: droppedReadings))
         self.journal = journal
+    }
+
+    /// From the next request on, these devices and tokens are the ones admitted: a removed or
+    /// rotated token is refused, a new device is heard.
+    public func reloadDevices(_ devices: [DrivebusConfig.Device]) {
+        let directory = DeviceDirectory(devices)
+        self.directory.withLock { $0 = directory }
     }
 
     /// The endpoints, for the service's HTTP router; `handle` serves the same table without one.
@@ -200,16 +219,25 @@ public final class IngestHandler: Sendable {
         return try await nativeReply(try await store(try parsers.checkin(request.body, device: device)))
     }
 
+    /// Whether a device a local tool names is known, looking at the latest list once if not:
+    /// `drivebus import` creates its device and sends at once, before the watcher's next look.
+    private func isKnownLocally(_ device: String) -> Bool {
+        if devices.isKnown(device) { return true }
+        guard let latest = latestDevices?() else { return false }
+        reloadDevices(latest)
+        return devices.isKnown(device)
+    }
+
     /// The `publish` RPC: a native batch from a local tool (such as `drivebus import`) that names
     /// its device. The ipc socket is reachable only by this machine's drivebus user.
     public func publishLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
-        guard devices.isKnown(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
         return summarize(try await store(try parsers.nativeFixes(body, device: device, source: .import)))
     }
 
     /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.
     public func checkinLocal(device: String, time: Date?) async throws(IngestError) -> UInt64 {
-        guard devices.isKnown(device) else { throw .invalid("device", "unknown device \"\(device)\"") }
+        guard isKnownLocally(device) else { throw .invalid("device", "unknown device \"\(device)\"") }
         let at = time ?? parsers.normalizer.now()
         try parsers.normalizer.checkTime(at, field: "time")
         let records = [JournalRecord(.checkin(TaxiCheckin(device: device, time: Normalizer.milliseconds(at))))]
@@ -218,7 +246,7 @@ public final class IngestHandler: Sendable {
 
     /// Journals `import.finished.<device>`.
     public func finishImport(device: String, file: String, fixes: Int) async throws(IngestError) -> UInt64 {
-        guard devices.isKnown(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
         return summarize(try await store([JournalRecord(.importFinished(ImportFinished(device: device, file: file, fixes: fixes)))])).lastSeq
     }
 

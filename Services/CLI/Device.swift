@@ -1,0 +1,222 @@
+import ArgumentParser
+import DrivebusConfiguration
+import DrivebusKit
+import DrivebusQRCode
+import DrivebusSchema
+import Foundation
+
+/// `drivebus device add|list|remove|rotate-token`: the phones that may send, kept in the state
+/// directory's registry (`DeviceRegistry`), never in the user's config file. The running ingest
+/// picks a change up within a second.
+struct DeviceCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device", abstract: "Add a phone and show how to connect it; list, remove, or give a new token.",
+        subcommands: [Add.self, List.self, Remove.self, RotateToken.self])
+
+    enum App: String, ExpressibleByArgument, CaseIterable {
+        case owntracks, overland, traccar, gpslogger
+    }
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add a device with a new token and print what to enter in the app, with a QR code.")
+
+        @OptionGroup var options: ConfigOption
+        @Argument(help: "The device's name: letters, digits, - and _.")
+        var name: String
+        @Option(help: "The app on the phone: \(App.allCases.map(\.rawValue).joined(separator: ", ")).")
+        var app: App = .owntracks
+        @Option(help: "The address the phone reaches ingest at, e.g. https://drivebus.example.net (default: from ingest.listen).")
+        var url: String?
+
+        func run() throws {
+            let config = try loadConfig(options)
+            guard DeviceID.isValid(name) else { throw ValidationError("the name must match [A-Za-z0-9_-]{1,64}") }
+            let registry = DeviceRegistry(layout: config.layout)
+            var entries = try loadEntries(registry)
+            guard !config.devices(with: entries).contains(where: { $0.id == name }) else {
+                throw ValidationError("device \"\(name)\" exists; `drivebus device rotate-token \(name)` gives it a new token and shows the setup again")
+            }
+            let token = DeviceRegistry.newToken()
+            entries.append(DeviceRegistry.Entry(id: name, token: token, app: app.rawValue, addedAt: Date()))
+            try saveEntries(entries, registry)
+            print("Added device \"\(name)\". The running system accepts it within a second.\n")
+            print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config)).instructions(for: app, warnLoopback: url == nil && config.ingest.listen.isLoopback))
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the devices: from the config file and added with `drivebus device add`.")
+
+        @OptionGroup var options: ConfigOption
+
+        func run() throws {
+            let config = try loadConfig(options)
+            let entries = try loadEntries(DeviceRegistry(layout: config.layout))
+            let configured = Set(config.devices.map(\.id))
+            print("DEVICE".padding(toLength: 24, withPad: " ", startingAt: 0) + "FROM      APP        ADDED")
+            for device in config.devices(with: entries) {
+                let entry = entries.first { $0.id == device.id && !configured.contains(device.id) }
+                let from = entry == nil ? "config" : "added"
+                let added = entry.map { RFC3339.format($0.addedAt) } ?? "-"
+                print(device.id.padding(toLength: 24, withPad: " ", startingAt: 0)
+                    + from.padding(toLength: 10, withPad: " ", startingAt: 0)
+                    + (entry?.app ?? "-").padding(toLength: 11, withPad: " ", startingAt: 0) + added)
+            }
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove an added device: its token is refused from then on. Its data stays.")
+
+        @OptionGroup var options: ConfigOption
+        @Argument var name: String
+
+        func run() throws {
+            let config = try loadConfig(options)
+            let registry = DeviceRegistry(layout: config.layout)
+            var entries = try loadEntries(registry)
+            try requireAdded(name, config, entries)
+            entries.removeAll { $0.id == name }
+            try saveEntries(entries, registry)
+            print("Removed device \"\(name)\": its token is refused within a second. Its fixes and trips stay.")
+        }
+    }
+
+    struct RotateToken: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "rotate-token", abstract: "Give an added device a new token (the old one is refused) and show the setup again.")
+
+        @OptionGroup var options: ConfigOption
+        @Argument var name: String
+        @Option(help: "The app on the phone (default: the one it was added for).")
+        var app: App?
+        @Option(help: "The address the phone reaches ingest at (default: from ingest.listen).")
+        var url: String?
+
+        func run() throws {
+            let config = try loadConfig(options)
+            let registry = DeviceRegistry(layout: config.layout)
+            var entries = try loadEntries(registry)
+            try requireAdded(name, config, entries)
+            let index = entries.firstIndex { $0.id == name }!
+            let token = DeviceRegistry.newToken()
+            entries[index].tokenSHA256 = DeviceRegistry.sha256Hex(token)
+            if let app { entries[index].app = app.rawValue }
+            try saveEntries(entries, registry)
+            print("New token for \"\(name)\"; the old one is refused within a second.\n")
+            let chosen = app ?? entries[index].app.flatMap(App.init(rawValue:)) ?? .owntracks
+            print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config))
+                .instructions(for: chosen, warnLoopback: url == nil && config.ingest.listen.isLoopback))
+        }
+    }
+}
+
+private func loadEntries(_ registry: DeviceRegistry) throws -> [DeviceRegistry.Entry] {
+    do { return try registry.load() } catch {
+        FileHandle.standardError.write(Data("drivebus device: \(error)\n".utf8))
+        throw ExitCode(2)
+    }
+}
+
+private func saveEntries(_ entries: [DeviceRegistry.Entry], _ registry: DeviceRegistry) throws {
+    do { try registry.save(entries) } catch {
+        FileHandle.standardError.write(Data("drivebus device: \(error)\n".utf8))
+        throw ExitCode(2)
+    }
+}
+
+private func requireAdded(_ name: String, _ config: DrivebusConfig, _ entries: [DeviceRegistry.Entry]) throws {
+    if config.devices.contains(where: { $0.id == name }) {
+        throw ValidationError("device \"\(name)\" is in the config file: change it there")
+    }
+    guard entries.contains(where: { $0.id == name }) else { throw ValidationError("no device \"\(name)\"") }
+}
+
+/// What to enter in each app, and the setup link where the app has one.
+struct PhoneSetup {
+    let device: String
+    let token: String
+    /// Where the phone reaches ingest, without a trailing slash.
+    let base: String
+
+    init(device: String, token: String, base: String) {
+        self.device = device
+        self.token = token
+        self.base = base.hasSuffix("/") ? String(base.dropLast()) : base
+    }
+
+    /// `http://HOST:PORT` from `ingest.listen`; a wildcard address becomes this machine's name.
+    static func base(_ config: DrivebusConfig) -> String {
+        let listen = config.ingest.listen
+        let host = ["0.0.0.0", "::", ""].contains(listen.host) ? ProcessInfo.processInfo.hostName : listen.host
+        return "http://\(host.contains(":") ? "[\(host)]" : host):\(listen.port)"
+    }
+
+    /// OwnTracks' remote configuration: `owntracks:///config?inline=` and the base64 of its JSON.
+    var ownTracksLink: String {
+        let settings: [String: Any] = [
+            "_type": "configuration", "mode": 3, "url": base + "/owntracks", "auth": true,
+            "username": device, "password": token, "deviceId": device, "tid": String(device.prefix(2)),
+        ]
+        let json = (try? JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys])) ?? Data()
+        return "owntracks:///config?inline=" + Self.queryEscaped(json.base64EncodedString())
+    }
+
+    /// Overland's setup link: endpoint, token and device id.
+    var overlandLink: String {
+        "overland://setup?url=\(Self.queryEscaped(base + "/overland"))&token=\(Self.queryEscaped(token))&device_id=\(Self.queryEscaped(device))"
+    }
+
+    var gpsLoggerURL: String {
+        base + "/gpslogger?lat=%LAT&lon=%LON&time=%TIME&spd=%SPD&alt=%ALT&acc=%ACC&dir=%DIR&batt=%BATT&token=" + token
+    }
+
+    var traccarURL: String { base + "/?token=" + token }
+
+    /// The text for `app`, with a QR code of its link (or of the URL to enter).
+    func instructions(for app: DeviceCommand.App, warnLoopback: Bool) -> String {
+        var text = ""
+        let code: String
+        switch app {
+        case .owntracks:
+            code = ownTracksLink
+            text += """
+                OwnTracks: scan this code with the phone's camera (or open the link on the phone), then
+                accept the configuration in OwnTracks.
+
+                """
+            text += qr(code) + code + "\n\n"
+            text += "By hand: Preferences → Connection → Mode HTTP, URL \(base)/owntracks, user \(device), password \(token).\n"
+        case .overland:
+            code = overlandLink
+            text += "Overland: scan this code with the iPhone's camera (or open the link on it).\n\n"
+            text += qr(code) + code + "\n\n"
+            text += "By hand: Settings → Receiver Endpoint \(base)/overland, Access Token \(token), Device ID \(device).\n"
+        case .traccar:
+            code = traccarURL
+            text += "Traccar Client: enter this as the server URL (the code holds it, to copy from a scan).\n\n"
+            text += qr(code) + "Server URL: \(code)\nDevice identifier: \(device)\n"
+        case .gpslogger:
+            code = gpsLoggerURL
+            text += "GPSLogger: Logging details → Log to custom URL → URL (the code holds it, to copy from a scan).\n\n"
+            text += qr(code) + code + "\n"
+        }
+        if warnLoopback {
+            text += "\nNote: ingest listens on \(base) only, which a phone cannot reach. Set ingest.listen "
+                + "(e.g. \"0.0.0.0:5055\", ideally behind a TLS reverse proxy) and run this with --url.\n"
+        }
+        text += "\nThe token is a password: anyone with it can send fixes as \(device). It is shown only now (drivebus keeps "
+            + "a hash of it); `drivebus device rotate-token \(device)` makes a new one.\n"
+        return text
+    }
+
+    private func qr(_ text: String) -> String {
+        (try? QRCode(text).terminal()).map { $0 + "\n" } ?? ""
+    }
+
+    static func queryEscaped(_ text: String) -> String {
+        var allowed = CharacterSet.urlQueryAllowed
+        allowed.remove(charactersIn: ":&=+/?#")
+        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
+    }
+}

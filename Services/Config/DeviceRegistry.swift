@@ -1,0 +1,125 @@
+import Crypto
+import DrivebusSchema
+import DrivebusSettings
+import Foundation
+
+/// The devices added with `drivebus device add` (or created by an import): a JSON file under the
+/// state directory, `data/devices.json`, mode 0600. The config file stays the user's own: the CLI
+/// never rewrites it. Services take the config's `devices:` plus these; an id in both is the
+/// config's. Only a SHA-256 of each token is kept: the token itself is shown once, when it is
+/// made, and is nowhere at rest outside the config.
+public struct DeviceRegistry: Sendable {
+    public struct Entry: Codable, Sendable, Equatable {
+        public var id: String
+        /// The SHA-256 of the token, hex.
+        public var tokenSHA256: String
+        /// The app it was set up for (`owntracks`, `overland`, `traccar`, `gpslogger`), if any.
+        public var app: String?
+        public var addedAt: Date
+
+        enum CodingKeys: String, CodingKey {
+            case id, app
+            case tokenSHA256 = "token_sha256"
+            case addedAt = "added_at"
+        }
+
+        /// An entry for `token`, which is hashed here and not kept.
+        public init(id: String, token: String, app: String?, addedAt: Date) {
+            self.id = id
+            self.tokenSHA256 = DeviceRegistry.sha256Hex(token)
+            self.app = app
+            self.addedAt = addedAt
+        }
+    }
+
+    public let path: String
+
+    public init(layout: StateLayout) { path = layout.dataDir + "/devices.json" }
+
+    public init(path: String) { self.path = path }
+
+    /// The entries; none when the file does not exist yet.
+    public func load() throws(ConfigError) -> [Entry] {
+        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        do {
+            let decoder = JSONDecoder()
+            decoder.dateDecodingStrategy = .iso8601
+            let entries = try decoder.decode([Entry].self, from: data)
+            for (index, entry) in entries.enumerated() where !DeviceID.isValid(entry.id) || Self.bytes(hex: entry.tokenSHA256)?.count != 32 {
+                throw ConfigError(path: "\(path): [\(index)]", reason: "is not a device with a valid id and a token's SHA-256")
+            }
+            return entries
+        } catch let error as ConfigError {
+            throw error
+        } catch {
+            throw ConfigError(path: path, reason: "is not a device list: \(error)")
+        }
+    }
+
+    /// Replaces the file in one rename, so a reader sees the old list or the new one, never half.
+    public func save(_ entries: [Entry]) throws(ConfigError) {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        encoder.dateEncodingStrategy = .iso8601
+        let directory = (path as NSString).deletingLastPathComponent
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let data = try encoder.encode(entries)
+            guard FileManager.default.createFile(atPath: temporary, contents: data, attributes: [.posixPermissions: 0o600]) else {
+                throw ConfigError(path: temporary, reason: "cannot be written")
+            }
+            guard rename(temporary, path) == 0 else {
+                throw ConfigError(path: path, reason: "cannot be replaced: \(String(cString: strerror(errno)))")
+            }
+        } catch let error as ConfigError {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw error
+        } catch {
+            try? FileManager.default.removeItem(atPath: temporary)
+            throw ConfigError(path: path, reason: "cannot be written: \(error)")
+        }
+    }
+
+    public static func sha256Hex(_ token: String) -> String {
+        SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+
+    public static func sha256(_ token: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: token)) }
+
+    static func bytes(hex: String) -> [UInt8]? {
+        let digits = Array(hex.utf8)
+        guard digits.count % 2 == 0 else { return nil }
+        var bytes: [UInt8] = []
+        for index in stride(from: 0, to: digits.count, by: 2) {
+            guard let byte = UInt8(String(decoding: digits[index..<index + 2], as: UTF8.self), radix: 16) else { return nil }
+            bytes.append(byte)
+        }
+        return bytes
+    }
+
+    /// A strong random token: 32 bytes from the system's generator, base64url without padding.
+    public static func newToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }
+        return Data(bytes).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+}
+
+extension DrivebusConfig {
+    /// The config's devices followed by the registry's that the config does not name. A
+    /// registry token that a config device already uses is left out: each token maps to one
+    /// device.
+    public func devices(with entries: [DeviceRegistry.Entry]) -> [Device] {
+        let ids = Set(devices.map(\.id))
+        var hashes = Set(devices.compactMap { $0.token.map(DeviceRegistry.sha256Hex) })
+        var all = devices
+        for entry in entries where !ids.contains(entry.id) && !hashes.contains(entry.tokenSHA256) {
+            guard let digest = DeviceRegistry.bytes(hex: entry.tokenSHA256) else { continue }
+            hashes.insert(entry.tokenSHA256)
+            all.append(Device(id: entry.id, token: nil, tokenSHA256: digest))
+        }
+        return all
+    }
+}

@@ -1,0 +1,75 @@
+import DrivebusConfiguration
+import DrivebusKit
+import DrivebusTestSupport
+import Foundation
+import Testing
+
+/// `drivebus device` against a running ingest: a phone added, its token rotated and removed,
+/// each taking effect within a second without a restart; an import into a new device.
+@Suite struct DeviceSystemTests {
+    @Test func addedRotatedAndRemovedTokensTakeEffectWithoutARestart() async throws {
+        let dir = TempDir()
+        let port = freePort()
+        let path = dir.file("drivebus.yaml", """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            ingest: {listen: "127.0.0.1:\(port)"}
+            """)
+        let config = try DrivebusConfig.parse(yaml: try String(contentsOfFile: path, encoding: .utf8))
+        let base = "http://127.0.0.1:\(port)"
+        let bus = try Child("drivebus-bus", ["--config", path])
+        let ingest = try Child("drivebus-ingest", ["--config", path])
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        let registry = DeviceRegistry(layout: config.layout)
+        func post(_ token: String, second: Int) async throws -> Int {
+            let body = #"{"fixes":[{"time":"2026-11-25T10:00:\#(String(format: "%02d", second))Z","lat":48.2,"lon":16.37}]}"#
+            return try await http("POST", base + "/api/v1/fixes", token: token, body: Data(body.utf8)).status
+        }
+
+        // Added: its setup text names the endpoint, and ingest takes the token within a second.
+        let added = try await run("drivebus", ["device", "add", "phone", "--app", "overland", "--url", "https://drive.example.net", "--config", path])
+        #expect(added.status == 0, "\(added.stderr)")
+        #expect(added.stdout.contains("overland://setup?url=https%3A%2F%2Fdrive.example.net%2Foverland&token="))
+        #expect(added.stdout.contains("█"))
+        // The token is in the setup text (and only its hash in the registry).
+        let token = try #require(Self.token(in: added.stdout))
+        #expect(try registry.load().first?.tokenSHA256 == DeviceRegistry.sha256Hex(token))
+        #expect(await eventually(within: .seconds(3)) { (try? await post(token, second: 1)) == 200 })
+
+        // Rotated: the old token is refused, the new one taken.
+        let rotation = try await run("drivebus", ["device", "rotate-token", "phone", "--config", path])
+        #expect(rotation.status == 0)
+        let rotated = try #require(Self.token(in: rotation.stdout))
+        #expect(rotated != token)
+        #expect(await eventually(within: .seconds(3)) { (try? await post(token, second: 2)) == 401 })
+        #expect(try await post(rotated, second: 3) == 200)
+
+        // Listed, then removed: refused from then on; a second remove says there is none.
+        let listed = try await run("drivebus", ["device", "list", "--config", path])
+        #expect(listed.stdout.contains("phone") && listed.stdout.contains("overland") && !listed.stdout.contains(rotated))
+        #expect(try await run("drivebus", ["device", "remove", "phone", "--config", path]).status == 0)
+        #expect(await eventually(within: .seconds(3)) { (try? await post(rotated, second: 4)) == 401 })
+        let again = try await run("drivebus", ["device", "remove", "phone", "--config", path])
+        #expect(again.status != 0 && again.stderr.contains("no device \"phone\""))
+
+        // An import into a device that does not exist creates it, and says so.
+        let csv = dir.file("drive.csv", "time,lat,lon\n2026-11-25T09:00:00Z,48.2,16.37\n2026-11-25T09:00:01Z,48.2001,16.37\n")
+        let imported = try await run("drivebus", ["import", "--device", "newcar", csv, "--config", path])
+        #expect(imported.status == 0, "\(imported.stdout)\(imported.stderr)")
+        #expect(imported.stdout.contains("created device \"newcar\""))
+        #expect(imported.stdout.contains("2 imported"), "\(imported.stdout)")
+        #expect(try registry.load().map(\.id) == ["newcar"])
+
+        #expect(!(try String(contentsOfFile: registry.path, encoding: .utf8)).contains(rotated))
+        ingest.signal(SIGTERM)
+        bus.signal(SIGTERM)
+        #expect(try await ingest.exitStatus() == 0)
+        #expect(try await bus.exitStatus() == 0)
+    }
+
+    /// The token in Overland's setup link.
+    static func token(in text: String) -> String? {
+        guard let range = text.range(of: "&token=") else { return nil }
+        return String(text[range.upperBound...].prefix { $0 != "&" })
+    }
+}
