@@ -93,10 +93,7 @@ let package = Package(
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",
-            dependencies: [
-                "DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging,
-                .product(name: "Crypto", package: "swift-crypto"),
-            ],
+            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging],
             path: "Services/Config"
         ),
         .target(
@@ -104,6 +101,7 @@ let package = Package(
             dependencies: [
                 "DrivebusZMQ", "DrivebusSchema", "DrivebusGeo", "DrivebusSettings", "DrivebusJournal", "CDrivebusSupport", logging,
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             path: "Shared/Kit"

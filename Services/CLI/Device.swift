@@ -37,7 +37,7 @@ struct DeviceCommand: ParsableCommand {
                 throw ValidationError("device \"\(name)\" exists; `drivebus device rotate-token \(name)` gives it a new token and shows the setup again")
             }
             let token = DeviceRegistry.newToken()
-            entries.append(DeviceRegistry.Entry(id: name, token: token, app: app.rawValue, addedAt: Date()))
+            entries.append(DeviceRegistry.Entry(id: name, tokenSHA256: TokenDigest.hex(token), app: app.rawValue, addedAt: Date()))
             try saveEntries(entries, registry)
             print("Added device \"\(name)\". The running system accepts it within a second.\n")
             print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config)).instructions(for: app, warnLoopback: url == nil && config.ingest.listen.isLoopback))
@@ -100,7 +100,7 @@ struct DeviceCommand: ParsableCommand {
             try requireAdded(name, config, entries)
             let index = entries.firstIndex { $0.id == name }!
             let token = DeviceRegistry.newToken()
-            entries[index].tokenSHA256 = DeviceRegistry.sha256Hex(token)
+            entries[index].tokenSHA256 = TokenDigest.hex(token)
             if let app { entries[index].app = app.rawValue }
             try saveEntries(entries, registry)
             print("New token for \"\(name)\"; the old one is refused within a second.\n")

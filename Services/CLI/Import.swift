@@ -45,7 +45,7 @@ struct Import: AsyncParsableCommand {
         do {
             var entries = try registry.load()
             guard !config.devices(with: entries).contains(where: { $0.id == device }) else { return }
-            entries.append(DeviceRegistry.Entry(id: device, token: DeviceRegistry.newToken(), app: nil, addedAt: Date()))
+            entries.append(DeviceRegistry.Entry(id: device, tokenSHA256: TokenDigest.hex(DeviceRegistry.newToken()), app: nil, addedAt: Date()))
             try registry.save(entries)
         } catch {
             FileHandle.standardError.write(Data("drivebus import: \(error)\n".utf8))

@@ -1,4 +1,3 @@
-import Crypto
 import DrivebusSchema
 import DrivebusSettings
 import Foundation
@@ -23,10 +22,11 @@ public struct DeviceRegistry: Sendable {
             case addedAt = "added_at"
         }
 
-        /// An entry for `token`, which is hashed here and not kept.
-        public init(id: String, token: String, app: String?, addedAt: Date) {
+        /// - Parameter tokenSHA256: the token's SHA-256, hex (`TokenDigest.hex`); the token itself
+        ///   is not kept.
+        public init(id: String, tokenSHA256: String, app: String?, addedAt: Date) {
             self.id = id
-            self.tokenSHA256 = DeviceRegistry.sha256Hex(token)
+            self.tokenSHA256 = tokenSHA256
             self.app = app
             self.addedAt = addedAt
         }
@@ -81,13 +81,7 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
-    public static func sha256Hex(_ token: String) -> String {
-        SHA256.hash(data: Array(token.utf8)).map { String(format: "%02x", $0) }.joined()
-    }
-
-    public static func sha256(_ token: [UInt8]) -> [UInt8] { Array(SHA256.hash(data: token)) }
-
-    static func bytes(hex: String) -> [UInt8]? {
+    public static func bytes(hex: String) -> [UInt8]? {
         let digits = Array(hex.utf8)
         guard digits.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []
@@ -108,16 +102,13 @@ public struct DeviceRegistry: Sendable {
 }
 
 extension DrivebusConfig {
-    /// The config's devices followed by the registry's that the config does not name. A
-    /// registry token that a config device already uses is left out: each token maps to one
-    /// device.
+    /// The config's devices followed by the registry's that the config does not name. (A
+    /// registry token is 256 random bits: it matches no one else's.)
     public func devices(with entries: [DeviceRegistry.Entry]) -> [Device] {
         let ids = Set(devices.map(\.id))
-        var hashes = Set(devices.compactMap { $0.token.map(DeviceRegistry.sha256Hex) })
         var all = devices
-        for entry in entries where !ids.contains(entry.id) && !hashes.contains(entry.tokenSHA256) {
+        for entry in entries where !ids.contains(entry.id) {
             guard let digest = DeviceRegistry.bytes(hex: entry.tokenSHA256) else { continue }
-            hashes.insert(entry.tokenSHA256)
             all.append(Device(id: entry.id, token: nil, tokenSHA256: digest))
         }
         return all

@@ -45,15 +45,15 @@ import Testing
         let registry = DeviceRegistry(path: dir.path + "/data/devices.json")
         #expect(try registry.load().isEmpty)
         let token = DeviceRegistry.newToken()
-        let entry = DeviceRegistry.Entry(id: "phone", token: token, app: "overland", addedAt: Date(timeIntervalSince1970: 1_764_000_000))
+        let entry = DeviceRegistry.Entry(id: "phone", tokenSHA256: TokenDigest.hex(token), app: "overland", addedAt: Date(timeIntervalSince1970: 1_764_000_000))
         try registry.save([entry])
         #expect(try registry.load() == [entry])
         let mode = try FileManager.default.attributesOfItem(atPath: registry.path)[.posixPermissions] as? Int
         #expect(mode == 0o600)
         // Only the token's SHA-256 is at rest.
         let file = try String(contentsOfFile: registry.path, encoding: .utf8)
-        #expect(!file.contains(token) && file.contains(DeviceRegistry.sha256Hex(token)))
-        #expect(DeviceRegistry.sha256Hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+        #expect(!file.contains(token) && file.contains(TokenDigest.hex(token)))
+        #expect(TokenDigest.hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
         // 32 random bytes, base64url: 43 characters, never the same twice.
         #expect(token.count == 43 && token.allSatisfy { $0.isLetter || $0.isNumber || $0 == "-" || $0 == "_" })
         #expect(DeviceRegistry.newToken() != DeviceRegistry.newToken())
@@ -65,22 +65,21 @@ import Testing
         do { _ = try registry.load() } catch { #expect(error.path == registry.path) }
     }
 
-    @Test func theConfigsDevicesComeFirstAndATokenMapsToOneDevice() throws {
+    @Test func theConfigsDevicesComeFirstAndAddedOnesAreKnownByTheirTokensDigest() throws {
         let config = try DrivebusConfig.parse(yaml: "devices: [{id: car, token: car-token-0123}]")
         let added = [
-            DeviceRegistry.Entry(id: "car", token: "another-token-1", app: nil, addedAt: Date()),
-            DeviceRegistry.Entry(id: "bike", token: "car-token-0123", app: nil, addedAt: Date()),
-            DeviceRegistry.Entry(id: "phone", token: "phone-token-01", app: "owntracks", addedAt: Date()),
+            DeviceRegistry.Entry(id: "car", tokenSHA256: TokenDigest.hex("another-token-1"), app: nil, addedAt: Date()),
+            DeviceRegistry.Entry(id: "phone", tokenSHA256: TokenDigest.hex("phone-token-01"), app: "owntracks", addedAt: Date()),
         ]
         let devices = config.devices(with: added)
         #expect(devices.map(\.id) == ["car", "phone"])
         #expect(devices.map(\.token) == ["car-token-0123", nil])
-        #expect(devices[1].tokenSHA256.map { $0.map { String(format: "%02x", $0) }.joined() } == DeviceRegistry.sha256Hex("phone-token-01"))
+        #expect(devices[1].tokenSHA256.map { $0.map { String(format: "%02x", $0) }.joined() } == TokenDigest.hex("phone-token-01"))
         // Ingest knows each by its token, the added one through its hash.
-        let directory = DeviceDirectory(devices)
+        let directory = DeviceDirectory(devices, digest: TokenDigest.sha256)
         #expect(directory.device(forToken: "car-token-0123") == "car")
         #expect(directory.device(forToken: "phone-token-01") == "phone")
         #expect(directory.device(forToken: "another-token-1") == nil)
-        #expect(directory.device(forToken: DeviceRegistry.sha256Hex("phone-token-01")) == nil)
+        #expect(directory.device(forToken: TokenDigest.hex("phone-token-01")) == nil)
     }
 }

@@ -33,7 +33,7 @@ import Testing
         #expect(added.stdout.contains("█"))
         // The token is in the setup text (and only its hash in the registry).
         let token = try #require(Self.token(in: added.stdout))
-        #expect(try registry.load().first?.tokenSHA256 == DeviceRegistry.sha256Hex(token))
+        #expect(try registry.load().first?.tokenSHA256 == TokenDigest.hex(token))
         #expect(await eventually(within: .seconds(3)) { (try? await post(token, second: 1)) == 200 })
 
         // Rotated: the old token is refused, the new one taken.

@@ -25,7 +25,7 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     do { entries = try registry.load() } catch { logger.error("devices added with `drivebus device` are not loaded: \(error)") }
     let handler = IngestHandler(
         config: config, devices: config.devices(with: entries), latestDevices: { (try? registry.load()).map(config.devices(with:)) },
-        journal: journal)
+        tokenDigest: TokenDigest.sha256, journal: journal)
     let listen = config.ingest.listen
     let http = Application(
         router: makeIngestRouter(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),

@@ -11,7 +11,12 @@ public struct DeviceDirectory: Sendable {
     private let idAuthDevices: Set<String>
     private let known: Set<String>
 
-    public init(_ devices: [DrivebusConfig.Device]) {
+    private let digest: @Sendable ([UInt8]) -> [UInt8]
+
+    /// - Parameter digest: SHA-256, for the devices known by their token's digest (the service
+    ///   passes `TokenDigest.sha256`; the core does no cryptography of its own).
+    public init(_ devices: [DrivebusConfig.Device], digest: @escaping @Sendable ([UInt8]) -> [UInt8] = { _ in [] }) {
+        self.digest = digest
         tokens = devices.compactMap { device in device.token.map { (Array($0.utf8), device.id) } }
         hashedTokens = devices.compactMap { device in device.tokenSHA256.map { ($0, device.id) } }
         idAuthDevices = Set(devices.filter(\.allowIDAuth).map(\.id))
@@ -29,8 +34,8 @@ public struct DeviceDirectory: Sendable {
             found = entry.device
         }
         if !hashedTokens.isEmpty {
-            let digest = DeviceRegistry.sha256(candidate)
-            for entry in hashedTokens where Self.constantTimeEqual(digest, entry.digest) {
+            let presented = digest(candidate)
+            for entry in hashedTokens where Self.constantTimeEqual(presented, entry.digest) {
                 found = entry.device
             }
         }

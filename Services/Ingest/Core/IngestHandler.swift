@@ -69,6 +69,7 @@ public final class IngestHandler: Sendable {
     private var devices: DeviceDirectory { directory.withLock { $0 } }
     /// Reads the device list afresh: a local tool may have added a device a moment ago.
     private let latestDevices: (@Sendable () -> [DrivebusConfig.Device]?)?
+    private let tokenDigest: @Sendable ([UInt8]) -> [UInt8]
     private let parsers: ClientParsers
     private let journal: Journal
     private let motion = MotionChanges()
@@ -82,11 +83,14 @@ public final class IngestHandler: Sendable {
     ///   - devices: who may send; the config's `devices:` when nil.
     ///   - latestDevices: the list as it is now (config and registry), asked when a local tool
     ///     names a device not yet known.
+    ///   - tokenDigest: SHA-256, for devices known by their token's digest.
     public init(
         config: DrivebusConfig, devices: [DrivebusConfig.Device]? = nil, latestDevices: (@Sendable () -> [DrivebusConfig.Device]?)? = nil,
+        tokenDigest: @escaping @Sendable ([UInt8]) -> [UInt8] = { _ in [] },
         journal: Journal, now: @escaping @Sendable () -> Date = { Date() }
     ) {
-        directory = Mutex(DeviceDirectory(devices ?? config.devices))
+        directory = Mutex(DeviceDirectory(devices ?? config.devices, digest: tokenDigest))
+        self.tokenDigest = tokenDigest
         self.latestDevices = latestDevices
         parsers = ClientParsers(normalizer: Normalizer(now: now, dropped: droppedReadings))
         self.journal = journal
@@ -95,7 +99,7 @@ public final class IngestHandler: Sendable {
     /// From the next request on, these devices and tokens are the ones admitted: a removed or
     /// rotated token is refused, a new device is heard.
     public func reloadDevices(_ devices: [DrivebusConfig.Device]) {
-        let directory = DeviceDirectory(devices)
+        let directory = DeviceDirectory(devices, digest: tokenDigest)
         self.directory.withLock { $0 = directory }
     }
 
