@@ -8,7 +8,8 @@ import IngestCore
 
 struct Import: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Import GPX, GeoJSON or CSV tracks for a device, through ingest (which must be running).")
+        abstract: "Import tracks and location histories for a device, through ingest (which must be running).",
+        discussion: "GPX, GeoJSON, CSV, Google location history (Takeout Records.json, Semantic Location History, the phone's Timeline.json) and OwnTracks Recorder .rec files, recognised by their content.")
 
     @OptionGroup var options: ConfigOption
 
@@ -18,7 +19,7 @@ struct Import: AsyncParsableCommand {
     @Option(help: "Fixes per request to ingest.")
     var batch = 1000
 
-    @Argument(help: "Files: .gpx, .geojson/.json or .csv.")
+    @Argument(help: "Files: GPX, GeoJSON, CSV, Google location history JSON, OwnTracks Recorder .rec.")
     var files: [String]
 
     func run() async throws {
@@ -117,7 +118,7 @@ struct Import: AsyncParsableCommand {
     }
 
     private func open(_ file: String) throws(TrackFileError) -> TrackFiles.Reader {
-        let format = try TrackFiles.format(of: file)
+        let format = try TrackFiles.format(ofFile: file)
         do {
             return TrackFiles.Reader(format: format, source: try FileByteSource(path: file))
         } catch {

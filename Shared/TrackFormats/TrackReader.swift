@@ -9,6 +9,11 @@ public enum TrackFormat: String, Sendable, CaseIterable {
     case geoJSON
     /// `timestamp|time, latitude|lat, longitude|lon, speed?, altitude|ele?, bearing|course?`.
     case csv
+    /// Google location history: Takeout's `Records.json` and Semantic Location History, the
+    /// phone's Timeline export (see `LocationHistoryReader`). Streamed.
+    case locationHistory
+    /// The OwnTracks Recorder's `.rec` files.
+    case ownTracksRecorder
 
     /// By a file name's extension: `.gpx`, `.geojson` or `.json`, `.csv`.
     public init?(fileName: String) {
@@ -17,16 +22,31 @@ public enum TrackFormat: String, Sendable, CaseIterable {
         case "gpx": self = .gpx
         case "geojson", "json": self = .geoJSON
         case "csv": self = .csv
+        case "rec": self = .ownTracksRecorder
         default: return nil
         }
     }
 
-    /// By the first byte that is not whitespace or a byte-order mark: `<` is GPX, `{` GeoJSON.
+    /// By the content's start: `<` is GPX; `{` is a location history when its first key is one
+    /// of `locations`, `timelineObjects`, `semanticSegments`, `rawSignals`, else GeoJSON; a line
+    /// that starts with a digit and holds a tab and a `{` is an OwnTracks Recorder file.
     public init?(sniffing bytes: some Collection<UInt8>) {
-        let first = bytes.first { ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains($0) }
-        switch first {
+        let start = Array(bytes.prefix(64 << 10))
+        guard let first = start.firstIndex(where: { ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains($0) }) else { return nil }
+        switch start[first] {
         case UInt8(ascii: "<"): self = .gpx
-        case UInt8(ascii: "{"): self = .geoJSON
+        case UInt8(ascii: "{"):
+            if let open = start[first...].firstIndex(of: UInt8(ascii: "\"")),
+               let close = start[(open + 1)...].firstIndex(of: UInt8(ascii: "\"")),
+               LocationHistoryReader.arrays.contains(String(decoding: start[(open + 1)..<close], as: UTF8.self)) {
+                self = .locationHistory
+            } else {
+                self = .geoJSON
+            }
+        case UInt8(ascii: "0")...UInt8(ascii: "9"):
+            let line = start[first...].prefix { $0 != 0x0A }
+            guard line.contains(0x09), line.contains(UInt8(ascii: "{")) else { return nil }
+            self = .ownTracksRecorder
         default: return nil
         }
     }
@@ -165,6 +185,8 @@ public final class TrackReader {
         case .gpx: implementation = GPXTrackReader(source: counter, limits: limits)
         case .csv: implementation = CSVTrackReader(source: counter, limits: limits)
         case .geoJSON: implementation = GeoJSONTrackReader(source: counter, limits: limits)
+        case .locationHistory: implementation = LocationHistoryReader(source: counter, limits: limits)
+        case .ownTracksRecorder: implementation = RecorderTrackReader(source: counter, limits: limits)
         }
     }
 

@@ -431,6 +431,6 @@ func invalidUTF8GPX(in place: String) -> [UInt8] {
         #expect(TrackFormat(sniffing: Array("\u{FEFF} \n<gpx/>".utf8)) == .gpx)
         #expect(TrackFormat(sniffing: Array("\t{}".utf8)) == .geoJSON)
         #expect(TrackFormat(sniffing: Array("time,lat".utf8)) == nil && TrackFormat(sniffing: []) == nil)
-        #expect(throws: TrackFileError(location: "x.kml", message: "unknown format: use .gpx, .geojson, .json or .csv")) { try TrackFiles.read(Data(), name: "x.kml") }
+        #expect(throws: TrackFileError(location: "x.kml", message: "unknown format: use GPX, GeoJSON, CSV, Google location history or OwnTracks Recorder (.rec) files")) { try TrackFiles.read(Data(), name: "x.kml") }
     }
 }

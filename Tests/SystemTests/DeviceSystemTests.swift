@@ -49,8 +49,8 @@ import Testing
         #expect(listed.stdout.contains("phone") && listed.stdout.contains("overland") && !listed.stdout.contains(rotated))
         #expect(try await run("drivebus", ["device", "remove", "phone", "--config", path]).status == 0)
         #expect(await eventually(within: .seconds(3)) { (try? await post(rotated, second: 4)) == 401 })
-        let again = try await run("drivebus", ["device", "remove", "phone", "--config", path])
-        #expect(again.status != 0 && again.stderr.contains("no device \"phone\""))
+        let removedTwice = try await run("drivebus", ["device", "remove", "phone", "--config", path])
+        #expect(removedTwice.status != 0 && removedTwice.stderr.contains("no device \"phone\""))
 
         // An import into a device that does not exist creates it, and says so.
         let csv = dir.file("drive.csv", "time,lat,lon\n2026-11-25T09:00:00Z,48.2,16.37\n2026-11-25T09:00:01Z,48.2001,16.37\n")
@@ -59,6 +59,19 @@ import Testing
         #expect(imported.stdout.contains("created device \"newcar\""))
         #expect(imported.stdout.contains("2 imported"), "\(imported.stdout)")
         #expect(try registry.load().map(\.id) == ["newcar"])
+
+        // A Takeout Records.json, recognised by its content whatever its name: imported once.
+        let records = dir.file("Records.json", """
+            {"locations": [
+              {"latitudeE7": 482000000, "longitudeE7": 163700000, "accuracy": 10, "timestamp": "2019-05-01T10:00:00Z"},
+              {"latitudeE7": 482001000, "longitudeE7": 163700000, "timestampMs": "1556704801000", "velocity": 1},
+              {"timestamp": "2019-05-01T10:00:02Z", "activity": [{"activity": [{"type": "STILL", "confidence": 90}]}]}
+            ]}
+            """)
+        let history = try await run("drivebus", ["import", "--device", "newcar", records, "--config", path])
+        #expect(history.stdout == "\(records): 2 points, 2 imported, 0 already there, 0 refused, 0 without a time\n", "\(history.stderr)")
+        let again = try await run("drivebus", ["import", "--device", "newcar", records, "--config", path])
+        #expect(again.stdout == "\(records): 2 points, 0 imported, 2 already there, 0 refused, 0 without a time\n")
 
         #expect(!(try String(contentsOfFile: registry.path, encoding: .utf8)).contains(rotated))
         ingest.signal(SIGTERM)

@@ -76,10 +76,19 @@ public enum TrackFiles {
         try all(Reader(format: .csv, source: MemoryByteSource(Array(text.utf8))))
     }
 
-    /// The format a file's name says: `.gpx`, `.geojson` or `.json`, `.csv`.
+    /// A file's format by its content (`TrackFormat(sniffing:)`), else by its name.
+    public static func format(ofFile path: String) throws(TrackFileError) -> TrackFormat {
+        if let handle = FileHandle(forReadingAtPath: path) {
+            defer { try? handle.close() }
+            if let start = try? handle.read(upToCount: 64 << 10), let format = TrackFormat(sniffing: start) { return format }
+        }
+        return try format(of: path)
+    }
+
+    /// The format a file's name says: `.gpx`, `.geojson` or `.json`, `.csv`, `.rec`.
     public static func format(of name: String) throws(TrackFileError) -> TrackFormat {
         guard let format = TrackFormat(fileName: name) else {
-            throw TrackFileError(location: name, message: "unknown format: use .gpx, .geojson, .json or .csv")
+            throw TrackFileError(location: name, message: "unknown format: use GPX, GeoJSON, CSV, Google location history or OwnTracks Recorder (.rec) files")
         }
         return format
     }

@@ -1,0 +1,86 @@
+import ArgumentParser
+import DrivebusTrackFormats
+import Foundation
+import IngestCore
+
+/// `drivebus-bench import --megabytes N`: writes a Google Takeout `Records.json` of about N MB
+/// (synthetic, 1 Hz drives in the published shape: E7 integers, both timestamp forms, activity
+/// arrays) to a temporary file, then reads it back through the streaming reader that
+/// `drivebus import` uses, and reports points/s and the process's peak RSS. The reader alone,
+/// in-core; the journal and ingest are `drivebus-bench ingest`'s.
+struct ImportBench: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "import", abstract: "Read a generated Takeout Records.json.")
+
+    @Option(help: "The size of the generated file, in MB.")
+    var megabytes = 200
+
+    @Option(help: "Where to write it (default: a temporary file, removed afterwards).")
+    var file: String?
+
+    func run() throws {
+        let path = file ?? NSTemporaryDirectory() + "drivebus-records-\(ProcessInfo.processInfo.processIdentifier).json"
+        defer { if file == nil { try? FileManager.default.removeItem(atPath: path) } }
+        let written = try Self.generate(path: path, bytes: megabytes << 20)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let reader = TrackFiles.Reader(format: try TrackFiles.format(ofFile: path), source: try FileByteSource(path: path))
+        var points = 0
+        while try reader.next() != nil { points += 1 }
+        let elapsed = seconds(clock.now - start)
+        report([
+            "name": "import.records_json", "bytes": written.bytes, "points": points, "generated_points": written.points,
+            "points_per_s": Int(Double(points) / elapsed), "mb_per_s": (Double(written.bytes) / 1_048_576 / elapsed * 10).rounded() / 10,
+            "peak_rss_mb": Self.peakRSSMegabytes() ?? -1,
+        ])
+    }
+
+    /// Writes locations until the file reaches `bytes`; a tenth carry an activity array, a
+    /// third use `timestampMs`.
+    static func generate(path: String, bytes: Int) throws -> (bytes: Int, points: Int) {
+        guard FileManager.default.createFile(atPath: path, contents: nil) else { throw ValidationError("cannot write \(path)") }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        defer { try? handle.close() }
+        var chunk = "{\n  \"locations\": ["
+        var total = 0, points = 0
+        var lat = 482_000_000, lon = 163_700_000
+        var time = 1_556_700_000_000
+        while total + chunk.utf8.count < bytes {
+            lat += 12 - points % 25
+            lon += 9 + points % 7
+            time += 1000
+            let stamp = points % 3 == 0 ? "\"timestampMs\": \"\(time)\"" : "\"timestamp\": \"\(RFC3339Stamp.format(time))\""
+            let activity = points % 10 == 0 ? ", \"activity\": [{\"activity\": [{\"type\": \"IN_VEHICLE\", \"confidence\": 80}], \"timestamp\": \"\(RFC3339Stamp.format(time))\"}]" : ""
+            chunk += (points == 0 ? "" : ",") + "{\n    \"latitudeE7\": \(lat),\n    \"longitudeE7\": \(lon),\n    \"accuracy\": \(5 + points % 20),\n    \"velocity\": \(points % 30),\n    \"heading\": \(points % 360),\n    \"altitude\": \(180 + points % 40),\n    \"source\": \"GPS\",\n    \(stamp)\(activity)\n  }"
+            points += 1
+            if chunk.utf8.count > 1 << 20 {
+                total += chunk.utf8.count
+                handle.write(Data(chunk.utf8))
+                chunk = ""
+            }
+        }
+        chunk += "]\n}\n"
+        total += chunk.utf8.count
+        handle.write(Data(chunk.utf8))
+        return (total, points)
+    }
+
+    /// VmHWM from /proc/self/status.
+    static func peakRSSMegabytes() -> Double? {
+        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+        else { return nil }
+        return (kilobytes / 1024 * 10).rounded() / 10
+    }
+}
+
+/// Milliseconds since 1970 as RFC 3339 with milliseconds, quickly (no formatter per point).
+enum RFC3339Stamp {
+    static func format(_ milliseconds: Int) -> String {
+        let date = Date(timeIntervalSince1970: Double(milliseconds) / 1000)
+        var calendar = Calendar(identifier: .gregorian)
+        calendar.timeZone = TimeZone(identifier: "UTC")!
+        let c = calendar.dateComponents([.year, .month, .day, .hour, .minute, .second], from: date)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", c.year!, c.month!, c.day!, c.hour!, c.minute!, c.second!, milliseconds % 1000)
+    }
+}

@@ -1,0 +1,141 @@
+import DrivebusSchema
+import DrivebusTrackFormats
+import Foundation
+import Testing
+
+/// Small files in the published shapes of Google's location histories and the OwnTracks
+/// Recorder's store, written here from the formats: no one's real history.
+@Suite struct LocationHistoryTests {
+    /// All the points of `text`, read from a source that hands over `chunk` bytes at a time.
+    func points(_ text: String, chunk: Int = 5) throws -> [TrackReader.Point] {
+        let bytes = Array(text.utf8)
+        let format = try #require(TrackFormat(sniffing: bytes))
+        var offset = 0
+        let source = ChunkByteSource { () throws(ByteSourceError) -> [UInt8]? in
+            guard offset < bytes.count else { return nil }
+            defer { offset += chunk }
+            return Array(bytes[offset..<min(offset + chunk, bytes.count)])
+        }
+        return try TrackReader(format: format, source: source).readAll().points
+    }
+
+    func error(_ text: String) -> TrackFormatError? {
+        do { _ = try points(text); return nil } catch let error as TrackFormatError { return error } catch { return nil }
+    }
+
+    static let records = """
+        {
+          "locations": [{
+            "latitudeE7": 481234567, "longitudeE7": 163456789, "accuracy": 12,
+            "activity": [{"activity": [{"type": "STILL", "confidence": 100}], "timestamp": "2019-05-01T10:00:01.123Z"}],
+            "source": "WIFI", "deviceTag": -1234, "timestamp": "2019-05-01T10:00:00.500Z"
+          }, {
+            "latitudeE7": 481234667, "longitudeE7": 163456889, "timestampMs": "1556704860000",
+            "velocity": 14, "heading": 271, "altitude": 180, "verticalAccuracy": 3, "accuracy": 5
+          }, {
+            "timestamp": "2019-05-01T10:02:00Z", "activity": [{"activity": [{"type": "IN_VEHICLE", "confidence": 80}]}]
+          }, {
+            "latitudeE7": 4294967296, "longitudeE7": -1, "timestamp": "2019-05-01T10:03:00+02:00", "note": "a \\"quoted\\" [bracket] {brace}"
+          }]
+        }
+        """
+
+    @Test func takeoutRecordsWithE7BothTimestampsAndMissingFields() throws {
+        #expect(TrackFormat(sniffing: Array(Self.records.utf8)) == .locationHistory)
+        let read = try points(Self.records)
+        // The third location has no position: skipped, as its activity is.
+        #expect(read.count == 3)
+        #expect(read[0].lat == 48.1234567 && read[0].lon == 16.3456789)
+        #expect(read[0].time == RFC3339.parse("2019-05-01T10:00:00.500Z") && read[0].accuracyM == 12 && read[0].speedMps == nil)
+        #expect(read[0].location == "locations[0]")
+        #expect(read[1].time == Date(timeIntervalSince1970: 1_556_704_860))
+        #expect(read[1].speedMps == 14 && read[1].courseDeg == 271 && read[1].elevationM == 180 && read[1].accuracyM == 5)
+        // E7 values 2³² too large (old exports) are taken back; quotes and brackets inside
+        // strings do not confuse the scanner.
+        #expect(read[2].lat == 0 && abs(read[2].lon - -1e-7) < 1e-12)
+        #expect(read[2].time == RFC3339.parse("2019-05-01T08:03:00Z") && read[2].location == "locations[3]")
+        // Read a byte at a time, the same.
+        #expect(try points(Self.records, chunk: 1) == read)
+    }
+
+    @Test func semanticLocationHistoryGivesTheTimedPointsOfActivitySegments() throws {
+        let month = """
+            {"timelineObjects": [
+              {"activitySegment": {
+                "startLocation": {"latitudeE7": 481000000, "longitudeE7": 163000000},
+                "duration": {"startTimestamp": "2021-03-01T08:00:00Z", "endTimestamp": "2021-03-01T08:20:00Z"},
+                "activityType": "IN_PASSENGER_VEHICLE",
+                "waypointPath": {"waypoints": [{"latE7": 481000000, "lngE7": 163000000}]},
+                "simplifiedRawPath": {"points": [
+                  {"latE7": 481000000, "lngE7": 163000000, "accuracyMeters": 10, "timestamp": "2021-03-01T08:00:00Z"},
+                  {"latE7": 481100000, "lngE7": 163100000, "timestampMs": "1614586200000"}
+                ]}}},
+              {"placeVisit": {"location": {"latitudeE7": 481100000, "longitudeE7": 163100000, "name": "Office"},
+                "duration": {"startTimestamp": "2021-03-01T08:20:00Z", "endTimestamp": "2021-03-01T17:00:00Z"}}}
+            ]}
+            """
+        let read = try points(month)
+        #expect(read.map(\.lat) == [48.1, 48.11] && read.map(\.lon) == [16.3, 16.31])
+        #expect(read.map(\.time) == [RFC3339.parse("2021-03-01T08:00:00Z"), Date(timeIntervalSince1970: 1_614_586_200)])
+        #expect(read[0].accuracyM == 10)
+        #expect(read[1].location == "timelineObjects[0].activitySegment.simplifiedRawPath.points[1]")
+    }
+
+    @Test func phoneTimelineExportWithDegreeStrings() throws {
+        let timeline = """
+            {"semanticSegments": [
+              {"startTime": "2024-06-01T09:00:00.000+02:00", "endTime": "2024-06-01T10:00:00.000+02:00",
+               "timelinePath": [{"point": "48.1234567°, 11.1234567°", "time": "2024-06-01T09:05:00.000+02:00"},
+                                {"point": "48.2°,11.2°", "time": "2024-06-01T09:06:00.000+02:00"}]},
+              {"startTime": "2024-06-01T10:00:00.000+02:00", "visit": {"topCandidate": {"placeLocation": {"latLng": "48.2°, 11.2°"}}}}
+            ],
+            "rawSignals": [
+              {"position": {"LatLng": "48.3°, 11.3°", "accuracyMeters": 7, "altitudeMeters": 512.5, "source": "GPS",
+                "timestamp": "2024-06-01T09:07:00.000+02:00", "speedMetersPerSecond": 3.5}},
+              {"wifiScan": {"deliveryTime": "2024-06-01T09:08:00.000+02:00", "devicesRecords": []}},
+              {"position": {"LatLng": "geo:48.4,11.4", "timestamp": "2024-06-01T09:09:00Z"}}
+            ],
+            "userLocationProfile": {"frequentPlaces": []}}
+            """
+        let read = try points(timeline)
+        #expect(read.map(\.lat) == [48.1234567, 48.2, 48.3, 48.4])
+        #expect(read.map(\.lon) == [11.1234567, 11.2, 11.3, 11.4])
+        #expect(read[0].time == RFC3339.parse("2024-06-01T07:05:00Z"))
+        #expect(read[2].accuracyM == 7 && read[2].elevationM == 512.5 && read[2].speedMps == 3.5)
+        #expect(read[2].location == "rawSignals[0].position")
+    }
+
+    @Test func ownTracksRecorderLines() throws {
+        let rec = """
+            2023-01-05T07:40:12Z\t*                 \t{"_type":"location","tid":"jj","lat":48.5,"lon":16.5,"tst":1672904412,"acc":10,"vel":36,"cog":90,"alt":200,"batt":80}
+            2023-01-05T07:40:30Z\t*                 \t{"_type":"lwt","tst":1672904430}
+            2023-01-05T07:41:00Z\towntracks/jj/phone\t{"_type":"location","lat":48.51,"lon":16.51,"tst":1672904460}
+
+            """
+        #expect(TrackFormat(sniffing: Array(rec.utf8)) == .ownTracksRecorder)
+        let read = try points(rec)
+        #expect(read.count == 2)
+        #expect(read[0].lat == 48.5 && read[0].time == Date(timeIntervalSince1970: 1_672_904_412))
+        // OwnTracks' vel is km/h.
+        #expect(read[0].speedMps == 10 && read[0].courseDeg == 90 && read[0].accuracyM == 10 && read[0].elevationM == 200)
+        #expect(read[1].location == "line 3")
+        #expect(TrackFormat(fileName: "2023-01.rec") == .ownTracksRecorder)
+    }
+
+    @Test func badHistoriesNameThePlace() {
+        #expect(error(#"{"locations": [{"latitudeE7": 481234567, "longitudeE7": 163456789}, {"latitudeE7": "x", "longitudeE7": 1}]}"#)?.description
+            == "locations[1]: latitudeE7 is not a number")
+        #expect(error(#"{"locations": [{"latitudeE7": 1800000000, "longitudeE7": 1}]}"#)?.description
+            == "locations[0]: latitudeE7 1800000000.0 is not a latitude")
+        #expect(error(#"{"locations": [{"latitudeE7": 1, "longitudeE7": 1, "timestamp": "yesterday"}]}"#)?.location == "locations[0]")
+        #expect(error(#"{"semanticSegments": [{"timelinePath": [{"point": "north", "time": "2024-01-01T00:00:00Z"}]}]}"#)?.location
+            == "semanticSegments[0].timelinePath[0]")
+        // Truncated in the middle of an element: named.
+        let cut = String(Self.records.prefix(300))
+        #expect(error(cut)?.message == "the file ends inside the JSON (truncated?)")
+        #expect(error(cut)?.location == "locations[1]")
+        #expect(error("2023-01-05T07:40:12Z\t*\t{\"_type\":\"location\",\"lat\":1}\n")?.description == "line 1: a location needs lat and lon")
+        // A GeoJSON document is still GeoJSON.
+        #expect(TrackFormat(sniffing: Array(#"{"type": "FeatureCollection", "features": []}"#.utf8)) == .geoJSON)
+    }
+}
