@@ -147,10 +147,14 @@ struct Import: AsyncParsableCommand {
 typealias PublishReply = IngestRPCMessages.Stored
 
 /// A progress bar on standard error, drawn only when it is a terminal.
-struct Progress {
+/// The second pass's progress: a bar with the points sent, their rate and the time left on a
+/// terminal; on anything else (a log, a pipe) a plain line every 10 s.
+final class Progress {
     let total: Int
     let label: String
-    private let enabled = isatty(STDERR_FILENO) == 1
+    private let terminal = isatty(STDERR_FILENO) == 1
+    private let started = ContinuousClock.now
+    private var lastLine = ContinuousClock.now
 
     init(total: Int, label: String) {
         self.total = total
@@ -158,14 +162,23 @@ struct Progress {
     }
 
     func advance(to done: Int) {
-        guard enabled, total > 0 else { return }
-        let width = 30
-        let filled = width * done / total
-        let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
-        FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(done)/\(total)".utf8))
+        guard total > 0 else { return }
+        let elapsed = started.duration(to: .now).inSeconds
+        let rate = elapsed > 0 ? Double(done) / elapsed : 0
+        let left = rate > 0 ? Int(Double(total - done) / rate) : nil
+        let figures = "\(done)/\(total) points, \(Int(rate))/s, \(left.map { "\($0 / 60)m\(String(format: "%02d", $0 % 60))s left" } ?? "…")"
+        if terminal {
+            let width = 30
+            let filled = width * done / total
+            let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
+            FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(figures)   ".utf8))
+        } else if lastLine.duration(to: .now) >= .seconds(10) {
+            lastLine = .now
+            FileHandle.standardError.write(Data("\(label): \(figures)\n".utf8))
+        }
     }
 
     func finish() {
-        if enabled { FileHandle.standardError.write(Data("\n".utf8)) }
+        if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
     }
 }

@@ -183,7 +183,9 @@ final class ElementScanner {
     private var expectingKey = false
     /// Inside a chosen array: its key and the next element's index.
     private var array: (key: String, index: Int)?
-    private var element: [UInt8]?
+    /// Where the element being cut out starts in `buffer`, and its bytes from earlier pieces.
+    private var elementStart: Int?
+    private var carried: [UInt8] = []
     private var sawTop = false
 
     init(source: ByteSource, keys: Set<String>, maxElementBytes: Int) {
@@ -199,6 +201,11 @@ final class ElementScanner {
     func next() throws(TrackFormatError) -> Element? {
         while true {
             if position == buffer.count {
+                if let start = elementStart {
+                    carried.append(contentsOf: buffer[start...])
+                    elementStart = 0
+                    if carried.count > maxElementBytes { throw failure("an element over \(maxElementBytes) bytes is not read") }
+                }
                 offset += buffer.count
                 buffer.removeAll(keepingCapacity: true)
                 position = 0
@@ -211,10 +218,6 @@ final class ElementScanner {
             }
             let byte = buffer[position]
             position += 1
-            if element != nil {
-                element!.append(byte)
-                if element!.count > maxElementBytes { throw failure("an element over \(maxElementBytes) bytes is not read") }
-            }
             if inString {
                 if escaped {
                     escaped = false
@@ -245,15 +248,18 @@ final class ElementScanner {
                     expectingKey = true
                 } else if depth == 1, byte == UInt8(ascii: "["), keys.contains(lastKey) {
                     array = (lastKey, 0)
-                } else if depth == 2, array != nil, element == nil {
-                    element = [byte]
+                } else if depth == 2, array != nil, elementStart == nil {
+                    elementStart = position - 1
                 }
                 depth += 1
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
                 depth -= 1
                 guard depth >= 0 else { throw failure("unbalanced \(Character(UnicodeScalar(byte)))") }
-                if depth == 2, let bytes = element, let current = array {
-                    element = nil
+                if depth == 2, let start = elementStart, let current = array {
+                    var bytes = carried
+                    bytes.append(contentsOf: buffer[start..<position])
+                    carried.removeAll(keepingCapacity: true)
+                    elementStart = nil
                     array!.index += 1
                     return Element(key: current.key, index: current.index, bytes: bytes)
                 }
