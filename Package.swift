@@ -40,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.4.1"),
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
+        .package(url: "https://github.com/weichsel/ZIPFoundation", from: "0.9.20"),
     ],
     targets: [
         .systemLibrary(
@@ -109,7 +110,10 @@ let package = Package(
         .executableTarget(name: "drivebus-bus", dependencies: ["DrivebusKit", "DrivebusConfiguration"], path: "Services/Bus"),
         .executableTarget(
             name: "drivebus",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", .product(name: "AsyncHTTPClient", package: "async-http-client")],
+            dependencies: [
+                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
+            ],
             path: "Services/CLI"
         ),
         .executableTarget(
@@ -156,7 +160,7 @@ let package = Package(
             name: "SystemTests",
             dependencies: [
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusTestbed", "DrivebusTestSupport", "GeofenceCore", "CheckoutCore", "ScorerCore",
-                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Crypto", package: "swift-crypto"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
                 grdb,
             ],
             path: "Tests/SystemTests"

@@ -25,10 +25,12 @@ struct Import: AsyncParsableCommand {
     func run() async throws {
         let config = try loadConfig(options)
         try createDeviceIfMissing(config)
+        let unpacked = try TakeoutArchives(files)
+        defer { unpacked.remove() }
         let bus = BusClient(settings: config.process, name: "import")
         let failed: Bool
         do {
-            failed = try await importAll(bus: bus)
+            failed = try await importAll(unpacked.inputs, bus: bus) || unpacked.failed
         } catch {
             await bus.shutdown()
             throw error
@@ -60,15 +62,16 @@ struct Import: AsyncParsableCommand {
     /// Each file is read twice, a point at a time, so that a file of any size takes bounded
     /// memory: once to check all of it (a file with an error is not imported at all), then to send
     /// it in batches.
-    private func importAll(bus: BusClient) async throws -> Bool {
+    private func importAll(_ inputs: [TakeoutArchives.Input], bus: BusClient) async throws -> Bool {
         var failed = false
-        for file in files {
-            let name = URL(fileURLWithPath: file).lastPathComponent
+        for input in inputs {
+            let (file, shown) = (input.path, input.name)
+            let name = URL(fileURLWithPath: shown).lastPathComponent
             let total: (points: Int, timed: Int)
             do {
                 total = try count(file)
             } catch {
-                print("\(file): \(error)")
+                print("\(shown): \(error)")
                 failed = true
                 continue
             }
@@ -111,7 +114,7 @@ struct Import: AsyncParsableCommand {
             if !batch.isEmpty { try await send(batch) }
             progress.finish()
             _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
-            print("\(file): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
+            print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             for reason in reasons { print("  refused \(reason)") }
         }
         return failed

@@ -3,6 +3,7 @@ import DrivebusKit
 import DrivebusTestSupport
 import Foundation
 import Testing
+import ZIPFoundation
 
 /// `drivebus device` against a running ingest: a phone added, its token rotated and removed,
 /// each taking effect within a second without a restart; an import into a new device.
@@ -72,6 +73,22 @@ import Testing
         #expect(history.stdout == "\(records): 2 points, 2 imported, 0 already there, 0 refused, 0 without a time\n", "\(history.stderr)")
         let again = try await run("drivebus", ["import", "--device", "newcar", records, "--config", path])
         #expect(again.stdout == "\(records): 2 points, 0 imported, 2 already there, 0 refused, 0 without a time\n")
+
+        // A Takeout download as it comes, zipped: its history is found inside, the rest skipped.
+        let zip = dir.path + "/takeout.zip"
+        let archive = try Archive(url: URL(fileURLWithPath: zip), accessMode: .create)
+        func add(_ entry: String, _ text: String) throws {
+            let data = Data(text.utf8)
+            try archive.addEntry(with: entry, type: .file, uncompressedSize: Int64(data.count)) { position, size in
+                data.subdata(in: Int(position)..<Int(position) + size)
+            }
+        }
+        try add("Takeout/archive_browser.html", "<html></html>")
+        try add("Takeout/Location History (Timeline)/Settings.json", #"{"createdTime": "2024-01-01T00:00:00Z", "deviceSettings": []}"#)
+        try add("Takeout/Location History (Timeline)/Records.json", #"{"locations": [{"latitudeE7": 482100000, "longitudeE7": 163700000, "timestamp": "2020-01-01T10:00:00Z"}]}"#)
+        let unzipped = try await run("drivebus", ["import", "--device", "newcar", zip, "--config", path])
+        #expect(unzipped.status == 0, "\(unzipped.stdout)\(unzipped.stderr)")
+        #expect(unzipped.stdout == "\(zip)!Takeout/Location History (Timeline)/Records.json: 1 points, 1 imported, 0 already there, 0 refused, 0 without a time\n")
 
         #expect(!(try String(contentsOfFile: registry.path, encoding: .utf8)).contains(rotated))
         ingest.signal(SIGTERM)
