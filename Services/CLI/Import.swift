@@ -67,7 +67,7 @@ struct Import: AsyncParsableCommand {
         for input in inputs {
             let (file, shown) = (input.path, input.name)
             let name = URL(fileURLWithPath: shown).lastPathComponent
-            let total: (points: Int, timed: Int)
+            let total: (points: Int, timed: Int, activities: Int)
             do {
                 total = try count(file)
             } catch {
@@ -100,21 +100,45 @@ struct Import: AsyncParsableCommand {
                 sent += slice.count
                 progress.advance(to: sent)
             }
+            // A location history's activities go in as motion samples, in batches of their own.
+            var motion = (accepted: 0, duplicates: 0, refused: 0)
+            var activities: [TrackReader.Activity] = []
+            func sendActivities() async throws {
+                do {
+                    let reply = try await publishMotion(activities, bus: bus)
+                    motion.accepted += reply.accepted
+                    motion.duplicates += reply.duplicates
+                } catch let error as RPCErrorBody where error.code.hasPrefix("ingest.invalid") {
+                    motion.refused += activities.count
+                    if reasons.count < 5 { reasons.append("\(activities[0].location)…: \(error.message)") }
+                }
+                activities.removeAll(keepingCapacity: true)
+            }
             let reader = try open(file)
             var batch: [TrackPoint] = []
             batch.reserveCapacity(max(1, self.batch))
-            while let point = try reader.next() {
-                guard point.time != nil else { continue }
-                batch.append(point)
-                if batch.count >= max(1, self.batch) {
-                    try await send(batch)
-                    batch.removeAll(keepingCapacity: true)
+            while let item = try reader.nextItem() {
+                switch item {
+                case .point(let point):
+                    guard point.time != nil else { continue }
+                    batch.append(point)
+                    if batch.count >= max(1, self.batch) {
+                        try await send(batch)
+                        batch.removeAll(keepingCapacity: true)
+                    }
+                case .activity(let activity):
+                    activities.append(activity)
+                    if activities.count >= max(1, self.batch) { try await sendActivities() }
                 }
             }
             if !batch.isEmpty { try await send(batch) }
+            if !activities.isEmpty { try await sendActivities() }
             progress.finish()
             _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
             print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
+            if total.activities > 0 {
+                print("  \(total.activities) activities as motion samples: \(motion.accepted) imported, \(motion.duplicates) already there or unchanged, \(motion.refused) refused")
+            }
             for reason in reasons { print("  refused \(reason)") }
         }
         return failed
@@ -129,15 +153,32 @@ struct Import: AsyncParsableCommand {
         }
     }
 
-    /// Reads the whole file once: its points, and those with a time.
-    private func count(_ file: String) throws(TrackFileError) -> (points: Int, timed: Int) {
+    /// Reads the whole file once: its points, those with a time, and its activities.
+    private func count(_ file: String) throws(TrackFileError) -> (points: Int, timed: Int, activities: Int) {
         let reader = try open(file)
-        var counts = (points: 0, timed: 0)
-        while let point = try reader.next() {
-            counts.points += 1
-            if point.time != nil { counts.timed += 1 }
+        var counts = (points: 0, timed: 0, activities: 0)
+        while let item = try reader.nextItem() {
+            switch item {
+            case .point(let point):
+                counts.points += 1
+                if point.time != nil { counts.timed += 1 }
+            case .activity:
+                counts.activities += 1
+            }
         }
         return counts
+    }
+
+    private func publishMotion(_ activities: [TrackReader.Activity], bus: BusClient) async throws -> PublishReply {
+        let samples = activities.map { activity in
+            JSONValue.object([
+                "start": .string(RFC3339.format(activity.time)), "activity": .string(activity.activity.rawValue),
+                "confidence": .string(activity.confidence.rawValue),
+            ])
+        }
+        let body = JSONValue.object(["op": .string("publish_motion"), "device": .string(device), "samples": .array(samples)])
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.encoded, timeout: .seconds(30))
+        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
     private func publish(_ points: [TrackPoint], bus: BusClient) async throws -> PublishReply {
@@ -149,7 +190,6 @@ struct Import: AsyncParsableCommand {
 
 typealias PublishReply = IngestRPCMessages.Stored
 
-/// A progress bar on standard error, drawn only when it is a terminal.
 /// The second pass's progress: a bar with the points sent, their rate and the time left on a
 /// terminal; on anything else (a log, a pipe) a plain line every 10 s.
 final class Progress {

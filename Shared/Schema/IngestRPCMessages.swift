@@ -26,6 +26,14 @@ public enum IngestRPCMessages {
         public init(device: String) { self.device = device }
     }
 
+    /// `publish_motion` (the head of it: the samples are read by the native motion parser, as
+    /// `POST /api/v1/motion` reads them) names the device.
+    public struct PublishMotion: Codable, Sendable {
+        public var op = "publish_motion"
+        public var device: String
+        public init(device: String) { self.device = device }
+    }
+
     /// `import_finished`: a file's import is done, which ends its trips.
     public struct ImportFinished: Codable, Sendable {
         public var op = "import_finished"

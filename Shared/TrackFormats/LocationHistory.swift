@@ -11,12 +11,13 @@ import Foundation
 ///
 /// Such files run to gigabytes, so the file is never parsed whole: `ElementScanner` cuts the
 /// elements of those top-level arrays out one at a time and each is parsed on its own, in the
-/// memory of one element. Activities and visits are not positions and are skipped; an element
-/// without a position is skipped too. A value that is there but wrong is an error naming the
+/// memory of one element. Activities become `.activity` events (the most likely one of each
+/// reading, in drivebus's motion vocabulary); visits are skipped, and so is an element without a
+/// position or an activity. A value that is there but wrong is an error naming the
 /// element: `locations[12]: latitudeE7 …`.
 final class LocationHistoryReader: FormatReader {
     private let scanner: ElementScanner
-    private var pending: [TrackReader.Point] = []
+    private var pending: [TrackReader.Event] = []
     private var nextPending = 0
 
     static let arrays: Set<String> = ["locations", "timelineObjects", "semanticSegments", "rawSignals"]
@@ -37,14 +38,57 @@ final class LocationHistoryReader: FormatReader {
             }
             guard case .object(let object) = value else { continue }
             switch element.key {
-            case "locations": if let point = try Self.record(object, location) { pending.append(point) }
+            case "locations":
+                if let point = try Self.record(object, location) { pending.append(.point(point)) }
+                try Self.recordActivities(object, location, into: &pending)
             case "timelineObjects": try Self.semantic(object, location, into: &pending)
             case "semanticSegments": try Self.segment(object, location, into: &pending)
-            default: if let point = try Self.rawSignal(object, location) { pending.append(point) }
+            default: if let point = try Self.rawSignal(object, location) { pending.append(.point(point)) }
             }
         }
         defer { nextPending += 1 }
-        return .point(pending[nextPending])
+        return pending[nextPending]
+    }
+
+    // MARK: Activities
+
+    /// Google's activity types in drivebus's motion vocabulary; the rest (`TILTING`, `UNKNOWN`,
+    /// `EXITING_VEHICLE`, flying, sailing …) say nothing a motion sample can.
+    static func activity(_ type: String) -> MotionSample.Activity? {
+        switch type.uppercased() {
+        case "STILL": .stationary
+        case "ON_FOOT", "WALKING", "WALKING_NORDIC", "HIKING": .walking
+        case "RUNNING": .running
+        case "ON_BICYCLE", "CYCLING": .cycling
+        case "IN_VEHICLE", "IN_ROAD_VEHICLE", "IN_RAIL_VEHICLE", "IN_PASSENGER_VEHICLE", "IN_CAR", "IN_BUS", "IN_TAXI",
+             "IN_TRAIN", "IN_SUBWAY", "IN_TRAM", "DRIVING", "MOTORCYCLING", "IN_FOUR_WHEELER_VEHICLE", "IN_TWO_WHEELER_VEHICLE":
+            .automotive
+        default: nil
+        }
+    }
+
+    /// A percentage: 75 and above is high, 50 and above medium.
+    static func confidence(percent: Double) -> MotionSample.Confidence {
+        percent >= 75 ? .high : percent >= 50 ? .medium : .low
+    }
+
+    /// A `Records.json` location's `activity[]`: each reading's most likely activity.
+    static func recordActivities(_ object: [String: JSONValue], _ location: String, into events: inout [TrackReader.Event]) throws(TrackFormatError) {
+        guard case .array(let readings)? = object["activity"] else { return }
+        for (index, reading) in readings.enumerated() {
+            guard case .object(let fields) = reading, case .array(let candidates)? = fields["activity"] else { continue }
+            let here = "\(location).activity[\(index)]"
+            guard let time = try time(fields["timestamp"] ?? fields["timestampMs"] ?? object["timestamp"] ?? object["timestampMs"], here) else { continue }
+            var best: (MotionSample.Activity, Double)?
+            for case .object(let candidate) in candidates {
+                guard case .string(let type)? = candidate["type"], let kind = activity(type) else { continue }
+                let percent = try number(candidate["confidence"], "confidence", here) ?? 0
+                if best.map({ percent > $0.1 }) ?? true { best = (kind, percent) }
+            }
+            if let (kind, percent) = best {
+                events.append(.activity(TrackReader.Activity(time: time, activity: kind, confidence: confidence(percent: percent), location: here)))
+            }
+        }
     }
 
     // MARK: Formats
@@ -63,10 +107,17 @@ final class LocationHistoryReader: FormatReader {
     }
 
     /// A Semantic Location History object: the timed points of an activity segment's raw path.
-    static func semantic(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Point]) throws(TrackFormatError) {
-        guard case .object(let segment)? = object["activitySegment"], case .object(let path)? = segment["simplifiedRawPath"],
-              case .array(let raw)? = path["points"]
-        else { return }
+    static func semantic(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Event]) throws(TrackFormatError) {
+        guard case .object(let segment)? = object["activitySegment"] else { return }
+        // The segment's activity, from its start.
+        if case .string(let type)? = segment["activityType"], let kind = activity(type),
+           case .object(let duration)? = segment["duration"],
+           let start = try time(duration["startTimestamp"] ?? duration["startTimestampMs"], location + ".activitySegment.duration") {
+            var percent = 75.0
+            if case .string(let level)? = segment["confidence"] { percent = ["HIGH": 90, "MEDIUM": 60, "LOW": 25][level.uppercased()] ?? 25 }
+            points.append(.activity(TrackReader.Activity(time: start, activity: kind, confidence: confidence(percent: percent), location: location + ".activitySegment")))
+        }
+        guard case .object(let path)? = segment["simplifiedRawPath"], case .array(let raw)? = path["points"] else { return }
         for (index, entry) in raw.enumerated() {
             guard case .object(let fields) = entry else { continue }
             let here = "\(location).activitySegment.simplifiedRawPath.points[\(index)]"
@@ -74,12 +125,19 @@ final class LocationHistoryReader: FormatReader {
             var point = TrackReader.Point(lat: position.lat, lon: position.lon, location: here)
             point.time = try time(fields["timestamp"] ?? fields["timestampMs"], here)
             point.accuracyM = try number(fields["accuracyMeters"], "accuracyMeters", here)
-            points.append(point)
+            points.append(.point(point))
         }
     }
 
-    /// A Timeline export segment: its `timelinePath` points.
-    static func segment(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Point]) throws(TrackFormatError) {
+    /// A Timeline export segment: its activity (from its start), its `timelinePath` points.
+    static func segment(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Event]) throws(TrackFormatError) {
+        if case .object(let activity)? = object["activity"], case .object(let top)? = activity["topCandidate"],
+           case .string(let type)? = top["type"], let kind = Self.activity(type),
+           let start = try time(object["startTime"], location) {
+            let probability = try number(top["probability"], "probability", location + ".activity.topCandidate") ?? 0.5
+            points.append(.activity(TrackReader.Activity(
+                time: start, activity: kind, confidence: confidence(percent: probability * 100), location: location + ".activity")))
+        }
         guard case .array(let path)? = object["timelinePath"] else { return }
         for (index, entry) in path.enumerated() {
             guard case .object(let fields) = entry, case .string(let text)? = fields["point"] else { continue }
@@ -87,7 +145,7 @@ final class LocationHistoryReader: FormatReader {
             let position = try degrees(text, "point", here)
             var point = TrackReader.Point(lat: position.lat, lon: position.lon, location: here)
             point.time = try time(fields["time"], here)
-            points.append(point)
+            points.append(.point(point))
         }
     }
 

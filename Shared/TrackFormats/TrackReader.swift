@@ -1,3 +1,4 @@
+import DrivebusSchema
 import Foundation
 
 /// The track file formats drivebus reads.
@@ -168,9 +169,26 @@ public final class TrackReader {
         }
     }
 
+    /// What the phone thought its owner was doing (location histories' activity records),
+    /// in drivebus's motion vocabulary.
+    public struct Activity: Sendable, Equatable {
+        public var time: Date
+        public var activity: MotionSample.Activity
+        public var confidence: MotionSample.Confidence
+        public var location: String
+
+        public init(time: Date, activity: MotionSample.Activity, confidence: MotionSample.Confidence, location: String) {
+            self.time = time
+            self.activity = activity
+            self.confidence = confidence
+            self.location = location
+        }
+    }
+
     public enum Event: Sendable, Equatable {
         case point(Point)
         case track(Track)
+        case activity(Activity)
     }
 
     public let format: TrackFormat
@@ -224,6 +242,7 @@ public final class TrackReader {
             switch event {
             case .point(let point): points.append(point)
             case .track(let track): tracks.append(track)
+            case .activity: break
             }
         }
         return (points, tracks)

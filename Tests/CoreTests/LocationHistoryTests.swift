@@ -19,6 +19,13 @@ import Testing
         return try TrackReader(format: format, source: source).readAll().points
     }
 
+    func activities(_ text: String) throws -> [TrackReader.Activity] {
+        let reader = TrackReader(format: try #require(TrackFormat(sniffing: Array(text.utf8))), bytes: Array(text.utf8))
+        var out: [TrackReader.Activity] = []
+        while let event = try reader.next() { if case .activity(let activity) = event { out.append(activity) } }
+        return out
+    }
+
     func error(_ text: String) -> TrackFormatError? {
         do { _ = try points(text); return nil } catch let error as TrackFormatError { return error } catch { return nil }
     }
@@ -56,6 +63,12 @@ import Testing
         #expect(read[2].time == RFC3339.parse("2019-05-01T08:03:00Z") && read[2].location == "locations[3]")
         // Read a byte at a time, the same.
         #expect(try points(Self.records, chunk: 1) == read)
+        // Activities become motion samples: each reading's likeliest, at its own time or else
+        // its location's.
+        #expect(try activities(Self.records) == [
+            TrackReader.Activity(time: RFC3339.parse("2019-05-01T10:00:01.123Z")!, activity: .stationary, confidence: .high, location: "locations[0].activity[0]"),
+            TrackReader.Activity(time: RFC3339.parse("2019-05-01T10:02:00Z")!, activity: .automotive, confidence: .high, location: "locations[2].activity[0]"),
+        ])
     }
 
     @Test func semanticLocationHistoryGivesTheTimedPointsOfActivitySegments() throws {
@@ -79,6 +92,8 @@ import Testing
         #expect(read.map(\.time) == [RFC3339.parse("2021-03-01T08:00:00Z"), Date(timeIntervalSince1970: 1_614_586_200)])
         #expect(read[0].accuracyM == 10)
         #expect(read[1].location == "timelineObjects[0].activitySegment.simplifiedRawPath.points[1]")
+        #expect(try activities(month).map(\.activity) == [.automotive])
+        #expect(try activities(month).map(\.time) == [RFC3339.parse("2021-03-01T08:00:00Z")!])
     }
 
     @Test func phoneTimelineExportWithDegreeStrings() throws {
@@ -87,7 +102,8 @@ import Testing
               {"startTime": "2024-06-01T09:00:00.000+02:00", "endTime": "2024-06-01T10:00:00.000+02:00",
                "timelinePath": [{"point": "48.1234567°, 11.1234567°", "time": "2024-06-01T09:05:00.000+02:00"},
                                 {"point": "48.2°,11.2°", "time": "2024-06-01T09:06:00.000+02:00"}]},
-              {"startTime": "2024-06-01T10:00:00.000+02:00", "visit": {"topCandidate": {"placeLocation": {"latLng": "48.2°, 11.2°"}}}}
+              {"startTime": "2024-06-01T10:00:00.000+02:00", "visit": {"topCandidate": {"placeLocation": {"latLng": "48.2°, 11.2°"}}}},
+              {"startTime": "2024-06-01T11:00:00.000+02:00", "activity": {"topCandidate": {"type": "WALKING", "probability": 0.6}}}
             ],
             "rawSignals": [
               {"position": {"LatLng": "48.3°, 11.3°", "accuracyMeters": 7, "altitudeMeters": 512.5, "source": "GPS",
@@ -103,6 +119,9 @@ import Testing
         #expect(read[0].time == RFC3339.parse("2024-06-01T07:05:00Z"))
         #expect(read[2].accuracyM == 7 && read[2].elevationM == 512.5 && read[2].speedMps == 3.5)
         #expect(read[2].location == "rawSignals[0].position")
+        #expect(try activities(timeline) == [
+            TrackReader.Activity(time: RFC3339.parse("2024-06-01T09:00:00Z")!, activity: .walking, confidence: .medium, location: "semanticSegments[2].activity"),
+        ])
     }
 
     @Test func ownTracksRecorderLines() throws {

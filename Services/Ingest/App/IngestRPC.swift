@@ -3,7 +3,7 @@ import DrivebusKit
 import Foundation
 import IngestCore
 
-/// `replay`, `publish` and `import_finished` on `ipc://RUN/ingest.rpc`.
+/// `replay`, `publish`, `publish_motion` and `import_finished` on `ipc://RUN/ingest.rpc`.
 struct IngestRPC {
     let handler: IngestHandler
     let journal: Journal
@@ -45,6 +45,17 @@ struct IngestRPC {
                 }
                 do {
                     let summary = try await handler.publishLocal(device: request.device, body: body)
+                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
+                } catch {
+                    return Self.failure(Self.rpcError(error))
+                }
+            },
+            "publish_motion": { body in
+                guard let request = try? BusJSON.decode(IngestRPCMessages.PublishMotion.self, from: body) else {
+                    return Self.failure(.badRequest("publish_motion needs device and samples"))
+                }
+                do {
+                    let summary = try await handler.publishMotionLocal(device: request.device, body: body)
                     return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
                 } catch {
                     return Self.failure(Self.rpcError(error))

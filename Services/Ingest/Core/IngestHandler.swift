@@ -239,6 +239,13 @@ public final class IngestHandler: Sendable {
         return summarize(try await store(try parsers.nativeFixes(body, device: device, source: .import)))
     }
 
+    /// The `publish_motion` RPC: motion samples from a local tool (a location history's
+    /// activities, through `drivebus import`).
+    public func publishMotionLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        return summarize(try await store(try parsers.nativeMotion(body, device: device)))
+    }
+
     /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.
     public func checkinLocal(device: String, time: Date?) async throws(IngestError) -> UInt64 {
         guard isKnownLocally(device) else { throw .invalid("device", "unknown device \"\(device)\"") }

@@ -111,6 +111,30 @@ public enum TrackFiles {
         /// Bytes taken from the source so far.
         public var bytesRead: Int { reader.bytesRead }
 
+        public enum Item: Sendable {
+            case point(TrackPoint)
+            case activity(TrackReader.Activity)
+        }
+
+        /// The next point or activity (a location history's), or `nil` at the end of the file.
+        public func nextItem() throws(TrackFileError) -> Item? {
+            do {
+                while let event = try reader.next() {
+                    switch event {
+                    case .point(let point):
+                        return .point(TrackPoint(
+                            time: point.time, lat: point.lat, lon: point.lon, altitudeM: point.elevationM, speedMps: point.speedMps,
+                            courseDeg: point.courseDeg, accuracyM: point.accuracyM, location: point.location))
+                    case .activity(let activity): return .activity(activity)
+                    case .track: continue
+                    }
+                }
+                return nil
+            } catch {
+                throw TrackFileError(location: error.location, message: error.message)
+            }
+        }
+
         /// The next point, or `nil` at the end of the file.
         public func next() throws(TrackFileError) -> TrackPoint? {
             do {
