@@ -16,8 +16,8 @@ struct Import: AsyncParsableCommand {
     @Option(help: "The device the tracks belong to.")
     var device: String
 
-    @Option(help: "Fixes per request to ingest.")
-    var batch = 1000
+    @Option(help: "Fixes per request to ingest (at most 10000).")
+    var batch = 5000
 
     @Argument(help: "Files: GPX, GeoJSON, CSV, Google location history JSON, OwnTracks Recorder .rec.")
     var files: [String]
