@@ -73,6 +73,8 @@ import Testing
             }
         }
         #expect(Set(seen.keys) == expected, "stderr of up:\n\(up.stderr)")
+        // A setup with no device yet says how to add the first.
+        #expect(up.stderr.contains("drivebus up: no phone can send yet") && up.stderr.contains("device add my-phone --app owntracks --config \(path)"))
 
         // Services that replay the journal report `starting` until they are live.
         var status = try await run("drivebus", ["status", "--config", path])
