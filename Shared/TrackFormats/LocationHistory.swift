@@ -6,8 +6,10 @@ import Foundation
 ///   `timestamp` (RFC 3339) or `timestampMs`, `accuracy`, `velocity`, `heading`, `altitude`;
 /// - Takeout's Semantic Location History (monthly files): `timelineObjects[]`, the timed points
 ///   of each `activitySegment.simplifiedRawPath`;
-/// - the phone's own Timeline export (`Timeline.json`): `semanticSegments[].timelinePath[]`
-///   (`point` as `"48.1234567°, 11.1234567°"`, `time`) and `rawSignals[].position`.
+/// - the phone's own Timeline export (`Timeline.json`): Android's `semanticSegments[]
+///   .timelinePath[]` (`point` as `"48.1234567°, 11.1234567°"`, `time`) and
+///   `rawSignals[].position`; the iPhone's top-level array of segments, whose path points
+///   (`"geo:48.1,11.5"`) are timed by `durationMinutesOffsetFromStartTime`.
 ///
 /// Such files run to gigabytes, so the file is never parsed whole: `ElementScanner` cuts the
 /// elements of those top-level arrays out one at a time and each is parsed on its own, in the
@@ -42,7 +44,7 @@ final class LocationHistoryReader: FormatReader {
                 if let point = try Self.record(object, location) { pending.append(.point(point)) }
                 try Self.recordActivities(object, location, into: &pending)
             case "timelineObjects": try Self.semantic(object, location, into: &pending)
-            case "semanticSegments": try Self.segment(object, location, into: &pending)
+            case "semanticSegments", ElementScanner.topLevelArray: try Self.segment(object, location, into: &pending)
             default: if let point = try Self.rawSignal(object, location) { pending.append(.point(point)) }
             }
         }
@@ -55,7 +57,8 @@ final class LocationHistoryReader: FormatReader {
     /// Google's activity types in drivebus's motion vocabulary; the rest (`TILTING`, `UNKNOWN`,
     /// `EXITING_VEHICLE`, flying, sailing …) say nothing a motion sample can.
     static func activity(_ type: String) -> MotionSample.Activity? {
-        switch type.uppercased() {
+        // `IN_PASSENGER_VEHICLE` on Android, `in passenger vehicle` on iPhones.
+        switch type.uppercased().replacingOccurrences(of: " ", with: "_") {
         case "STILL": .stationary
         case "ON_FOOT", "WALKING", "WALKING_NORDIC", "HIKING": .walking
         case "RUNNING": .running
@@ -139,12 +142,17 @@ final class LocationHistoryReader: FormatReader {
                 time: start, activity: kind, confidence: confidence(percent: probability * 100), location: location + ".activity")))
         }
         guard case .array(let path)? = object["timelinePath"] else { return }
+        let start = try time(object["startTime"], location)
         for (index, entry) in path.enumerated() {
             guard case .object(let fields) = entry, case .string(let text)? = fields["point"] else { continue }
             let here = "\(location).timelinePath[\(index)]"
             let position = try degrees(text, "point", here)
             var point = TrackReader.Point(lat: position.lat, lon: position.lon, location: here)
             point.time = try time(fields["time"], here)
+            // The iPhone's export gives minutes from the segment's start instead.
+            if point.time == nil, let start, let minutes = try number(fields["durationMinutesOffsetFromStartTime"], "durationMinutesOffsetFromStartTime", here) {
+                point.time = start.addingTimeInterval(minutes * 60)
+            }
             points.append(.point(point))
         }
     }
@@ -245,6 +253,11 @@ final class ElementScanner {
     private var elementStart: Int?
     private var carried: [UInt8] = []
     private var sawTop = false
+    /// The depth at which elements stand: 2 inside `{"key": [ … ]}`, 1 in a top-level array.
+    private var elementDepth = 2
+
+    /// The key that a top-level array's elements are reported under.
+    static let topLevelArray = "timeline"
 
     init(source: ByteSource, keys: Set<String>, maxElementBytes: Int) {
         reader = ChunkedReader(source)
@@ -301,19 +314,23 @@ final class ElementScanner {
                 }
             case UInt8(ascii: "{"), UInt8(ascii: "["):
                 if depth == 0 {
-                    guard byte == UInt8(ascii: "{") else { throw failure("expected a JSON object at the top") }
                     sawTop = true
-                    expectingKey = true
-                } else if depth == 1, byte == UInt8(ascii: "["), keys.contains(lastKey) {
+                    if byte == UInt8(ascii: "{") {
+                        expectingKey = true
+                    } else {
+                        // The iPhone's export: an array of segments at the top.
+                        (array, elementDepth) = ((Self.topLevelArray, 0), 1)
+                    }
+                } else if depth == 1, elementDepth == 2, byte == UInt8(ascii: "["), keys.contains(lastKey) {
                     array = (lastKey, 0)
-                } else if depth == 2, array != nil, elementStart == nil {
+                } else if depth == elementDepth, array != nil, elementStart == nil {
                     elementStart = position - 1
                 }
                 depth += 1
             case UInt8(ascii: "}"), UInt8(ascii: "]"):
                 depth -= 1
                 guard depth >= 0 else { throw failure("unbalanced \(Character(UnicodeScalar(byte)))") }
-                if depth == 2, let start = elementStart, let current = array {
+                if depth == elementDepth, let start = elementStart, let current = array {
                     var bytes = carried
                     bytes.append(contentsOf: buffer[start..<position])
                     carried.removeAll(keepingCapacity: true)
@@ -321,11 +338,11 @@ final class ElementScanner {
                     array!.index += 1
                     return Element(key: current.key, index: current.index, bytes: bytes)
                 }
-                if depth == 1 { array = nil }
+                if depth == elementDepth - 1 { array = nil }
             case UInt8(ascii: ","):
                 if depth == 1 { expectingKey = true }
             default:
-                if depth == 0, ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains(byte) { throw failure("expected a JSON object at the top") }
+                if depth == 0, ![0x20, 0x0A, 0x0D, 0x09, 0xEF, 0xBB, 0xBF].contains(byte) { throw failure("expected a JSON object or array at the top") }
             }
         }
     }

@@ -44,6 +44,12 @@ public enum TrackFormat: String, Sendable, CaseIterable {
             } else {
                 self = .geoJSON
             }
+        case UInt8(ascii: "["):
+            // The iPhone's Timeline export: an array of segments with `startTime` and a path,
+            // a visit or an activity.
+            let text = String(decoding: start, as: UTF8.self)
+            guard text.contains("\"startTime\""), ["\"timelinePath\"", "\"visit\"", "\"activity\""].contains(where: text.contains) else { return nil }
+            self = .locationHistory
         case UInt8(ascii: "0")...UInt8(ascii: "9"):
             let line = start[first...].prefix { $0 != 0x0A }
             guard line.contains(0x09), line.contains(UInt8(ascii: "{")) else { return nil }

@@ -124,6 +124,31 @@ import Testing
         ])
     }
 
+    @Test func iPhoneTimelineExportIsAnArrayWithMinuteOffsets() throws {
+        let timeline = """
+            [
+              {"endTime": "2024-06-01T10:00:00.000+02:00", "startTime": "2024-06-01T09:00:00.000+02:00",
+               "activity": {"end": "geo:48.2,11.2", "topCandidate": {"type": "in passenger vehicle", "probability": "0.91"},
+                            "distanceMeters": "5000", "start": "geo:48.1,11.1"}},
+              {"endTime": "2024-06-01T10:00:00.000+02:00", "startTime": "2024-06-01T09:00:00.000+02:00",
+               "timelinePath": [{"point": "geo:48.1,11.1", "durationMinutesOffsetFromStartTime": "0"},
+                                {"point": "geo:48.15,11.15", "durationMinutesOffsetFromStartTime": "12"}]},
+              {"endTime": "2024-06-01T18:00:00.000+02:00", "startTime": "2024-06-01T10:00:00.000+02:00",
+               "visit": {"hierarchyLevel": "0", "topCandidate": {"placeLocation": "geo:48.2,11.2", "semanticType": "Work"}, "probability": "0.9"}}
+            ]
+            """
+        #expect(TrackFormat(sniffing: Array(timeline.utf8)) == .locationHistory)
+        let read = try points(timeline)
+        #expect(read.map(\.lat) == [48.1, 48.15] && read.map(\.lon) == [11.1, 11.15])
+        #expect(read.map(\.time) == [RFC3339.parse("2024-06-01T07:00:00Z"), RFC3339.parse("2024-06-01T07:12:00Z")])
+        #expect(read[1].location == "timeline[1].timelinePath[1]")
+        #expect(try activities(timeline) == [
+            TrackReader.Activity(time: RFC3339.parse("2024-06-01T07:00:00Z")!, activity: .automotive, confidence: .high, location: "timeline[0].activity"),
+        ])
+        // A JSON array that is not a timeline is nothing drivebus reads.
+        #expect(TrackFormat(sniffing: Array("[1, 2, 3]".utf8)) == nil)
+    }
+
     @Test func ownTracksRecorderLines() throws {
         let rec = """
             2023-01-05T07:40:12Z\t*                 \t{"_type":"location","tid":"jj","lat":48.5,"lon":16.5,"tst":1672904412,"acc":10,"vel":36,"cog":90,"alt":200,"batt":80}
