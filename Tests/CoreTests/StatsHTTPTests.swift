@@ -48,7 +48,9 @@ import Testing
     @Test func routesAnswerForTheViennaDrive() async throws {
         let scratch = StatsScratch()
         let store = try statsViennaStore(scratch)
-        let configuration = StatsHTTPConfiguration(chunkBytes: 4096, bufferedChunks: 2, metrics: { "drivebus_up 1\n" })
+        let configuration = StatsHTTPConfiguration(
+            chunkBytes: 4096, bufferedChunks: 2, metrics: { "drivebus_up 1\n" },
+            knownDevices: { [KnownDevice(id: "phone", origin: "added", app: "overland", addedAt: statsTime("2026-11-25T10:00:00Z"))] })
         try await statsApp(store, configuration).test(.router) { client in
             try await client.execute(uri: "/api/v1/trips?device=car&from=2021-11-03&to=2021-11-03", method: .get) { response in
                 #expect(response.status == .ok)
@@ -82,6 +84,19 @@ import Testing
             try await client.execute(uri: "/map.svg?width=640&height=480", method: .get) { response in
                 #expect(response.headers[.contentType] == "image/svg+xml")
                 #expect(statsBody(response).components(separatedBy: "<polyline").count == 2)
+            }
+            // The devices: known ones with their last fix, or none yet; a device with fixes that
+            // is no longer known is listed as removed.
+            try await client.execute(uri: "/api/v1/devices", method: .get) { response in
+                let json = statsParse(statsBody(response))
+                let devices = json.stats("devices")?.statsArray ?? []
+                #expect(devices.map { $0.stats("device")?.statsString } == ["car", "phone"])
+                #expect(devices[0].stats("origin")?.statsString == "removed")
+                #expect(devices[0].stats("last_position", "lat")?.statsNumber == statsVienna.last!.lat)
+                #expect(devices[0].stats("last_fix")?.statsString == RFC3339.format(statsVienna.last!.time))
+                #expect(devices[1].stats("origin")?.statsString == "added" && devices[1].stats("app")?.statsString == "overland")
+                #expect(devices[1].stats("added_at")?.statsString == "2026-11-25T10:00:00.000Z")
+                #expect(devices[1].stats("last_fix")?.statsString == nil && devices[1].stats("last_position") != nil)
             }
             try await client.execute(uri: "/api/v1/sessions/nobody", method: .get) { response in
                 #expect(response.status == .notFound)

@@ -19,9 +19,25 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
     let recorder = StatsRecorder(context: context, config: config, store: store, metrics: metrics)
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
-            metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM)),
+            metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
+            knownDevices: { await knownDevices(config) })),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
     )
     return ServiceParts(services: [recorder, http], lastSeq: { ["journal": recorder.lastSeq] }, ready: { recorder.isLive })
+}
+
+/// The config's devices and the registry's, read on a dispatch queue (a file read is not for the
+/// cooperative pool).
+func knownDevices(_ config: DrivebusConfig) async -> [KnownDevice] {
+    await withCheckedContinuation { continuation in
+        DispatchQueue.global().async {
+            let added = (try? DeviceRegistry(layout: config.layout).load()) ?? []
+            let configured = config.devices.map { KnownDevice(id: $0.id, origin: "config") }
+            let ids = Set(configured.map(\.id))
+            continuation.resume(returning: configured + added.filter { !ids.contains($0.id) }.map {
+                KnownDevice(id: $0.id, origin: "added", app: $0.app, addedAt: $0.addedAt)
+            })
+        }
+    }
 }

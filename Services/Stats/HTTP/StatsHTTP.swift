@@ -20,12 +20,16 @@ public struct StatsHTTPConfiguration: Sendable {
     public var ascentHysteresisM: Double
     /// The largest body `POST /api/v1/routes/rank` and `POST /api/v1/costs/expenses` take; more gets 413.
     public var maxBodyBytes: Int
+    /// The devices known now (config and `drivebus device`), for `GET /api/v1/devices`; without
+    /// it, only the devices with stored fixes are listed.
+    public var knownDevices: (@Sendable () async -> [KnownDevice])?
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
         metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
-        maxBodyBytes: Int = 16 * 1024 * 1024
+        maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil
     ) {
+        self.knownDevices = knownDevices
         self.maxConcurrentExports = maxConcurrentExports
         self.chunkBytes = chunkBytes
         self.bufferedChunks = bufferedChunks
@@ -41,6 +45,13 @@ public struct StatsHTTPConfiguration: Sendable {
 public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfiguration = .init()) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self)
     let exports = ExportGate(limit: configuration.maxConcurrentExports)
+
+    router.get("/api/v1/devices") { _, _ in
+        let known = await configuration.knownDevices?() ?? []
+        return Response(
+            status: .ok, headers: [.contentType: "application/json"],
+            body: .init(byteBuffer: ByteBuffer(bytes: try await store.devicesJSON(known))))
+    }
 
     router.get("/api/v1/trips") { request, context in
         await respond(context) { json(try await store.tripsJSON(try query(request))) }
