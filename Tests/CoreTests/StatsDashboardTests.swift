@@ -221,7 +221,7 @@ final class Issue9Page: NSObject, XMLParserDelegate {
 }
 
 @Suite struct StatsDashboardTests {
-    static let sections = ["this-month", "last-12-months", "costs", "trips", "map", "away", "school"]
+    static let sections = ["this-month", "last-12-months", "costs", "trips", "map", "away", "devices", "school"]
 
     func checkSelfContained(_ html: String) {
         #expect(!html.contains("<script") && !html.contains("<link") && !html.contains("@import") && !html.contains("url("))
@@ -246,6 +246,7 @@ final class Issue9Page: NSObject, XMLParserDelegate {
         #expect(page.texts["last-12-months"]?.contains("no drives yet") == true)
         #expect(page.texts["trips"]?.contains("No trips yet.") == true)
         #expect(page.texts["school"]?.contains("No driving-school sessions yet.") == true)
+        #expect(page.texts["devices"]?.contains("drivebus device add my-phone") == true)
         #expect(page.texts["costs"]?.contains("No costs yet") == true)
         #expect(page.texts["away"]?.contains("No home set") == true)
         #expect(page.inSection("map", "svg").count == 1 && page.texts["map"]?.contains("no drives in this range") == true)
@@ -267,10 +268,16 @@ final class Issue9Page: NSObject, XMLParserDelegate {
                 #expect(String(buffer: response.body).contains("<section id=\"costs\">"))
             }
         }
-        let html = String(decoding: try await store.dashboardHTML(DashboardOptions(now: issue9Now, costs: issue9DashboardCosts())), as: UTF8.self)
+        let known = [KnownDevice(id: "phone", origin: "added", app: "owntracks", addedAt: statsTime("2025-03-01T00:00:00Z"))]
+        let html = String(decoding: try await store.dashboardHTML(DashboardOptions(now: issue9Now, costs: issue9DashboardCosts(), knownDevices: known)), as: UTF8.self)
         let page = try #require(Issue9Page.parse(html))
         #expect(page.elements.filter { $0.name == "section" }.compactMap { $0.attributes["id"] } == Self.sections)
         checkSelfContained(html)
+
+        // The devices: the known one without fixes yet, those with fixes but not known listed as removed.
+        let deviceRows = page.inSection("devices", "tr").compactMap { $0.attributes["data-device"] }
+        #expect(deviceRows == ["car", "phone", "school"])
+        #expect(page.texts["devices"]?.contains("owntracks") == true && page.texts["devices"]?.contains("none yet") == true)
 
         // This month's cards agree with the monthly statistics.
         let march = try await store.periods(.month, StatsQuery(from: statsTime("2025-03-01T00:00:00Z"), to: statsTime("2025-04-01T00:00:00Z")))

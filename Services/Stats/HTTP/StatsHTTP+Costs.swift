@@ -13,7 +13,8 @@ func addCostsRankingAndDashboard(to router: Router<BasicRequestContext>, store: 
         await respond(context) {
             let parameters = StatsParameters(query: request.uri.query ?? "")
             let device = try StatsQuery.parse(StatsParameters(parameters.pairs.filter { $0.name == "device" })).device
-            let html = try await store.dashboardHTML(DashboardOptions(device: device, costs: configuration.costs))
+            let known = await configuration.knownDevices?() ?? []
+            let html = try await store.dashboardHTML(DashboardOptions(device: device, costs: configuration.costs, knownDevices: known))
             return Response(
                 status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
                 body: .init(byteBuffer: ByteBuffer(bytes: html)))

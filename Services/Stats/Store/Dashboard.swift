@@ -12,8 +12,14 @@ public struct DashboardOptions: Sendable {
     public var costs: CostsConfiguration
     public var recentTrips: Int
     public var candidates: Int
+    /// The devices known now, for the devices table (those with fixes are listed anyway).
+    public var knownDevices: [KnownDevice]
 
-    public init(now: Date = Date(), device: String? = nil, costs: CostsConfiguration = .init(), recentTrips: Int = 12, candidates: Int = 20) {
+    public init(
+        now: Date = Date(), device: String? = nil, costs: CostsConfiguration = .init(), recentTrips: Int = 12, candidates: Int = 20,
+        knownDevices: [KnownDevice] = []
+    ) {
+        self.knownDevices = knownDevices
         self.now = now
         self.device = device
         self.costs = costs
@@ -58,6 +64,7 @@ enum Dashboard {
         var mapSVG: String
         var candidates: [Candidate]
         var drivesEver: Int
+        var devices: [(device: KnownDevice, stored: DeviceQueries.Stored?)]
     }
 
     static let monthNames = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
@@ -99,6 +106,8 @@ enum Dashboard {
 
         let recent = max(0, min(200, options.recentTrips))
         let device = options.device
+        let stored = try await store.pool.read { db in try DeviceQueries.stored(db) }
+        let devices = DeviceQueries.merged(options.knownDevices, stored).map { (device: $0, stored: stored[$0.id]) }
         let (trips, drivesEver, candidateRows) = try await store.pool.read { db in
             let trips = try TripQueries.list(db, query: StatsQuery(device: device), limit: recent)
             let count = try Int.fetchOne(db, sql: "SELECT count(*) FROM trips WHERE (?1 IS NULL OR device = ?1)", arguments: [device]) ?? 0
@@ -126,7 +135,7 @@ enum Dashboard {
         if map.hasPrefix("<?xml"), let end = map.range(of: "?>") { map = String(map[end.upperBound...]) }
         return Page(
             months: months, monthly: monthly, days: days, hasHome: hasHome, trips: trips, costs: costs, mapSVG: map,
-            candidates: candidates, drivesEver: drivesEver)
+            candidates: candidates, drivesEver: drivesEver, devices: devices)
     }
 
     // MARK: Formatting
@@ -187,7 +196,15 @@ enum Dashboard {
             style: style, scope: options.device.map { "device \($0)" } ?? "all devices", drivesEver: data.drivesEver,
             updated: time(options.now), thisMonth: thisMonth(data), yearCharts: yearCharts(data), costs: costs(data, options.costs),
             trips: data.trips.isEmpty ? nil : .init(rows: data.trips.map(tripRow)), mapSVG: data.mapSVG, away: away(data),
-            candidates: data.candidates.isEmpty ? nil : .init(rows: data.candidates.map(candidateRow)))
+            candidates: data.candidates.isEmpty ? nil : .init(rows: data.candidates.map(candidateRow)),
+            devices: data.devices.isEmpty ? nil : .init(rows: data.devices.map { row in
+                PageView.DeviceRow(
+                    name: row.device.id, origin: row.device.origin, app: row.device.app ?? "–",
+                    lastFix: row.stored.map { time(msDate($0.last)) } ?? "none yet",
+                    position: row.stored.flatMap { stored in
+                        stored.lat.flatMap { lat in stored.lon.map { Decimal64.text(lat, places: 5) + ", " + Decimal64.text($0, places: 5) } }
+                    } ?? "–")
+            }))
         return DashboardTemplate.page.render(view)
     }
 
@@ -206,6 +223,7 @@ enum Dashboard {
             let scored: Bool
             let events: [Event]
         }
+        struct DeviceRow { let name, origin, app, lastFix, position: String }
         struct CandidateRow {
             let name, link, distance, average, lastSession: String
             let sessions, drives: Int
@@ -225,6 +243,7 @@ enum Dashboard {
         /// The chart of hours away, or nil when no device has a home.
         let away: String?
         let candidates: Table<CandidateRow>?
+        let devices: Table<DeviceRow>?
     }
 
     static func thisMonth(_ data: Page) -> PageView.ThisMonth {

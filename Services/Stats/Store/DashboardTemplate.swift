@@ -51,6 +51,13 @@ enum DashboardTemplate {
         {{#away}}<figure class="wide">{{{away}}}</figure>{{/away}}
         {{^away}}<p class="note">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p>{{/away}}
         </section>
+        <section id="devices"><h2>Devices</h2>
+        {{#devices}}<table class="devices"><thead><tr><th>Device</th><th>From</th><th>App</th><th>Last fix (UTC)</th><th>Where</th></tr></thead><tbody>
+        {{#rows}}<tr data-device="{{name}}"><td>{{name}}</td><td>{{origin}}</td><td>{{app}}</td><td>{{lastFix}}</td><td>{{position}}</td></tr>
+        {{/rows}}
+        </tbody></table>{{/devices}}
+        {{^devices}}<p class="note">No device yet: <code>drivebus device add my-phone</code> adds the first and shows how to connect it.</p>{{/devices}}
+        </section>
         <section id="school"><h2>Driving-school candidates</h2>
         {{#candidates}}<table class="candidates"><thead><tr><th>Candidate</th><th class="num">Sessions</th><th class="num">Drives</th><th class="num">Distance</th><th class="num">Latest score</th><th class="num">Average</th><th>Last session (UTC)</th></tr></thead><tbody>
         {{#rows}}<tr data-candidate="{{name}}"><td><a href="{{link}}">{{name}}</a></td><td class="num">{{sessions}}</td><td class="num">{{drives}}</td><td class="num">{{distance}}</td><td class="num">{{#latest}}<span class="score {{grade}}">{{value}}</span>{{/latest}}{{^latest}}<span class="muted">–</span>{{/latest}}</td><td class="num">{{average}}</td><td>{{lastSession}}</td></tr>

@@ -19,28 +19,47 @@ public struct KnownDevice: Sendable, Equatable {
     }
 }
 
+/// What stats has stored of each device.
+enum DeviceQueries {
+    struct Stored {
+        var first: Int64
+        var last: Int64
+        var lat: Double?
+        var lon: Double?
+        var accuracy: Double?
+    }
+
+    static func stored(_ db: Database) throws -> [String: Stored] {
+        var found: [String: Stored] = [:]
+        for row in try Row.fetchAll(db, sql: "SELECT device, first_ms, last_ms FROM devices") {
+            let device: String = row[0], last: Int64 = row[2]
+            let fix = try Row.fetchOne(
+                db, sql: "SELECT lat, lon, accuracy_m FROM fixes WHERE device = ? AND time_ms = ? LIMIT 1", arguments: [device, last])
+            found[device] = Stored(first: row[1], last: last, lat: fix?[0], lon: fix?[1], accuracy: fix?[2])
+        }
+        return found
+    }
+
+    /// The known devices and those with fixes known no more (`removed`), by id.
+    static func merged(_ known: [KnownDevice], _ stored: [String: Stored]) -> [KnownDevice] {
+        var byID = Dictionary(known.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+        for id in stored.keys where byID[id] == nil { byID[id] = KnownDevice(id: id, origin: "removed") }
+        return byID.values.sorted { $0.id < $1.id }
+    }
+}
+
 extension StatsStore {
     /// `{"devices": [...]}`: every known device, and every device with stored fixes that is no
     /// longer known (`origin: "removed"`), by id: where it comes from, its app, when it was added,
     /// its first and last fix, and where the last fix was.
     public func devicesJSON(_ known: [KnownDevice]) async throws -> [UInt8] {
-        let rows = try await pool.read { db -> [String: (first: Int64, last: Int64, lat: Double?, lon: Double?, accuracy: Double?)] in
-            var found: [String: (first: Int64, last: Int64, lat: Double?, lon: Double?, accuracy: Double?)] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT device, first_ms, last_ms FROM devices") {
-                let device: String = row[0], last: Int64 = row[2]
-                let fix = try Row.fetchOne(
-                    db, sql: "SELECT lat, lon, accuracy_m FROM fixes WHERE device = ? AND time_ms = ? LIMIT 1", arguments: [device, last])
-                found[device] = (row[1], last, fix?[0], fix?[1], fix?[2])
-            }
-            return found
-        }
-        var byID = Dictionary(known.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
-        for id in rows.keys where byID[id] == nil { byID[id] = KnownDevice(id: id, origin: "removed") }
+        let rows = try await pool.read { db in try DeviceQueries.stored(db) }
+        let byID = DeviceQueries.merged(known, rows)
         var writer = JSONWriter(capacity: 1024)
         writer.beginObject()
         writer.key("devices")
         writer.beginArray()
-        for device in byID.values.sorted(by: { $0.id < $1.id }) {
+        for device in byID {
             let stored = rows[device.id]
             writer.beginObject()
             writer.key("added_at"); writer.optionalTime(ms: device.addedAt.map(milliseconds))
