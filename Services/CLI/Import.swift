@@ -22,6 +22,10 @@ struct Import: AsyncParsableCommand {
     @Argument(help: "Files: GPX, GeoJSON, CSV, Google location history JSON, OwnTracks Recorder .rec.")
     var files: [String]
 
+    func validate() throws {
+        guard (1...10_000).contains(batch) else { throw ValidationError("--batch must be from 1 to 10000") }
+    }
+
     func run() async throws {
         let config = try loadConfig(options)
         try createDeviceIfMissing(config)
@@ -109,8 +113,17 @@ struct Import: AsyncParsableCommand {
                     motion.accepted += reply.accepted
                     motion.duplicates += reply.duplicates
                 } catch let error as RPCErrorBody where error.code.hasPrefix("ingest.invalid") {
-                    motion.refused += activities.count
-                    if reasons.count < 5 { reasons.append("\(activities[0].location)…: \(error.message)") }
+                    // One bad sample refuses its batch: send them singly to keep the good ones.
+                    for activity in activities {
+                        do {
+                            let reply = try await publishMotion([activity], bus: bus)
+                            motion.accepted += reply.accepted
+                            motion.duplicates += reply.duplicates
+                        } catch let error as RPCErrorBody {
+                            motion.refused += 1
+                            if reasons.count < 5 { reasons.append("\(activity.location): \(error.message.replacingOccurrences(of: "samples[0].", with: ""))") }
+                        }
+                    }
                 }
                 activities.removeAll(keepingCapacity: true)
             }

@@ -38,9 +38,17 @@ public struct DeviceRegistry: Sendable {
 
     public init(path: String) { self.path = path }
 
-    /// The entries; none when the file does not exist yet.
+    /// The entries; none when the file does not exist yet. Any other failure to read it is an
+    /// error: taken for "no devices", the next save would erase the list.
     public func load() throws(ConfigError) -> [Entry] {
-        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        let data: Data
+        do {
+            data = try Data(contentsOf: URL(fileURLWithPath: path))
+        } catch {
+            var info = stat()
+            if stat(path, &info) != 0, errno == ENOENT { return [] }
+            throw ConfigError(path: path, reason: "cannot be read: \(error.localizedDescription)")
+        }
         do {
             let decoder = JSONDecoder()
             decoder.dateDecodingStrategy = .iso8601

@@ -91,12 +91,10 @@ public final class Supervisor {
         while true {
             let pid = waitpid(-1, &status, WNOHANG)
             if pid < 0, errno == ECHILD {
-                // No child left to wait for, yet some are believed running: they were reaped
-                // elsewhere in this process (seen once under load, cause unknown). Gone is gone:
-                // restart them rather than wait forever.
-                for index in children.indices {
-                    if let pid = children[index].pid, kill(pid, 0) != 0, errno == ESRCH { markExited(index, status: nil) }
-                }
+                // No child at all, not even a zombie, yet some are believed running: they were
+                // reaped elsewhere in this process (seen once under load, cause unknown). ECHILD
+                // proves they are gone (a pid may already be someone else's): restart them.
+                for index in children.indices where children[index].pid != nil { markExited(index, status: nil) }
                 return
             }
             guard pid > 0 else { return }
@@ -136,6 +134,11 @@ public final class Supervisor {
                     children[index].pid = nil
                     if status != 0 { logger.warning("\(children[index].service.executable) \(Self.describe(status)) while stopping") }
                     continue
+                }
+                if pid < 0, errno == ECHILD {
+                    // Nothing left to wait for: they are gone (see reapExited).
+                    for index in group { children[index].pid = nil }
+                    break
                 }
                 if !killed && ContinuousClock.now >= deadline {
                     killed = true

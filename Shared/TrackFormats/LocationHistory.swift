@@ -256,6 +256,7 @@ final class ElementScanner {
     /// The depth at which elements stand: 2 inside `{"key": [ … ]}`, 1 in a top-level array.
     private var elementDepth = 2
 
+    static let maxKeyBytes = 64
     /// The key that a top-level array's elements are reported under.
     static let topLevelArray = "timeline"
 
@@ -300,7 +301,8 @@ final class ElementScanner {
                         lastKey = String(decoding: key, as: UTF8.self)
                         keyBytes = nil
                     }
-                } else if keyBytes != nil {
+                } else if keyBytes != nil, keyBytes!.count < Self.maxKeyBytes {
+                    // Longer keys are none of the chosen ones: no need to keep them.
                     keyBytes!.append(byte)
                 }
                 continue

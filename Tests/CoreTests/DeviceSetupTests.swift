@@ -63,6 +63,13 @@ import Testing
         do { _ = try registry.load() } catch { #expect(error.path.hasPrefix(registry.path)) }
         _ = dir.file("data/devices.json", "{")
         do { _ = try registry.load() } catch { #expect(error.path == registry.path) }
+
+        // A file that is there but cannot be read is an error, not an empty list (which the next
+        // save would write over the real one).
+        let unreadable = DeviceRegistry(path: dir.path + "/folder")
+        try FileManager.default.createDirectory(atPath: unreadable.path, withIntermediateDirectories: true)
+        #expect(throws: ConfigError.self) { try unreadable.load() }
+        #expect(try DeviceRegistry(path: dir.path + "/missing/devices.json").load().isEmpty)
     }
 
     @Test func theConfigsDevicesComeFirstAndAddedOnesAreKnownByTheirTokensDigest() throws {

@@ -141,9 +141,9 @@ struct DeviceWatcher: Service {
     private static let queue = DispatchQueue(label: "drivebus.ingest.devices")
 
     func run() async throws {
-        let first = await Self.onQueue { Self.identity(registry.path) }
         await cancelWhenGracefulShutdown {
-            var seen = first
+            // Unseen at first: a change between the service's first load and here is not missed.
+            var seen: [Int]?? = .none
             while !Task.isCancelled {
                 try? await Task.sleep(for: Self.interval)
                 let identity = await Self.onQueue { Self.identity(registry.path) }

@@ -18,7 +18,8 @@ public struct DeviceDirectory: Sendable {
     public init(_ devices: [DrivebusConfig.Device], digest: @escaping @Sendable ([UInt8]) -> [UInt8] = { _ in [] }) {
         self.digest = digest
         tokens = devices.compactMap { device in device.token.map { (Array($0.utf8), device.id) } }
-        hashedTokens = devices.compactMap { device in device.tokenSHA256.map { ($0, device.id) } }
+        // Only whole SHA-256 digests: an empty one must never match anything.
+        hashedTokens = devices.compactMap { device in device.tokenSHA256.flatMap { $0.count == 32 ? ($0, device.id) : nil } }
         idAuthDevices = Set(devices.filter(\.allowIDAuth).map(\.id))
         known = Set(devices.map(\.id))
     }
