@@ -79,52 +79,25 @@ struct Import: AsyncParsableCommand {
                 failed = true
                 continue
             }
-            var counts = (accepted: 0, duplicates: 0, refused: 0)
+            var counts = Tally()
             var reasons: [String] = []
             var sent = 0
             let progress = Progress(total: total.timed, label: name)
             func send(_ slice: [TrackPoint]) async throws {
-                do {
-                    let reply = try await publish(slice, bus: bus)
-                    counts.accepted += reply.accepted
-                    counts.duplicates += reply.duplicates
-                } catch let error as RPCErrorBody where error.code.hasPrefix("ingest.invalid") || error.code == "ingest.forbidden" {
-                    // One bad point refuses its batch: send them singly to keep the good ones.
-                    for point in slice {
-                        do {
-                            let reply = try await publish([point], bus: bus)
-                            counts.accepted += reply.accepted
-                            counts.duplicates += reply.duplicates
-                        } catch let error as RPCErrorBody {
-                            counts.refused += 1
-                            if reasons.count < 5 { reasons.append("\(point.location): \(error.message.replacingOccurrences(of: "fixes[0].", with: ""))") }
-                        }
-                    }
-                }
+                try await deliver(
+                    slice, into: &counts, reasons: &reasons, field: "fixes",
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.forbidden" },
+                    location: \.location) { try await publish($0, bus: bus) }
                 sent += slice.count
                 progress.advance(to: sent)
             }
             // A location history's activities go in as motion samples, in batches of their own.
-            var motion = (accepted: 0, duplicates: 0, refused: 0)
+            var motion = Tally()
             var activities: [TrackReader.Activity] = []
             func sendActivities() async throws {
-                do {
-                    let reply = try await publishMotion(activities, bus: bus)
-                    motion.accepted += reply.accepted
-                    motion.duplicates += reply.duplicates
-                } catch let error as RPCErrorBody where error.code.hasPrefix("ingest.invalid") {
-                    // One bad sample refuses its batch: send them singly to keep the good ones.
-                    for activity in activities {
-                        do {
-                            let reply = try await publishMotion([activity], bus: bus)
-                            motion.accepted += reply.accepted
-                            motion.duplicates += reply.duplicates
-                        } catch let error as RPCErrorBody {
-                            motion.refused += 1
-                            if reasons.count < 5 { reasons.append("\(activity.location): \(error.message.replacingOccurrences(of: "samples[0].", with: ""))") }
-                        }
-                    }
-                }
+                try await deliver(
+                    activities, into: &motion, reasons: &reasons, field: "samples",
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishMotion($0, bus: bus) }
                 activities.removeAll(keepingCapacity: true)
             }
             let reader = try open(file)
@@ -155,6 +128,34 @@ struct Import: AsyncParsableCommand {
             for reason in reasons { print("  refused \(reason)") }
         }
         return failed
+    }
+
+    struct Tally {
+        var accepted = 0, duplicates = 0, refused = 0
+    }
+
+    /// Sends a batch; when one bad item refuses all of it (`retrySingly`), sends them singly to
+    /// keep the good ones, and keeps the first five reasons.
+    private func deliver<Item>(
+        _ items: [Item], into tally: inout Tally, reasons: inout [String], field: String, retrySingly: (RPCErrorBody) -> Bool,
+        location: (Item) -> String, publish: ([Item]) async throws -> PublishReply
+    ) async throws {
+        do {
+            let reply = try await publish(items)
+            tally.accepted += reply.accepted
+            tally.duplicates += reply.duplicates
+        } catch let error as RPCErrorBody where retrySingly(error) {
+            for item in items {
+                do {
+                    let reply = try await publish([item])
+                    tally.accepted += reply.accepted
+                    tally.duplicates += reply.duplicates
+                } catch let error as RPCErrorBody {
+                    tally.refused += 1
+                    if reasons.count < 5 { reasons.append("\(location(item)): \(error.message.replacingOccurrences(of: "\(field)[0].", with: ""))") }
+                }
+            }
+        }
     }
 
     private func open(_ file: String) throws(TrackFileError) -> TrackFiles.Reader {

@@ -137,14 +137,10 @@ public enum TrackFiles {
 
         /// The next point, or `nil` at the end of the file.
         public func next() throws(TrackFileError) -> TrackPoint? {
-            do {
-                guard let point = try reader.nextPoint() else { return nil }
-                return TrackPoint(
-                    time: point.time, lat: point.lat, lon: point.lon, altitudeM: point.elevationM, speedMps: point.speedMps,
-                    courseDeg: point.courseDeg, accuracyM: point.accuracyM, location: point.location)
-            } catch {
-                throw TrackFileError(location: error.location, message: error.message)
+            while let item = try nextItem() {
+                if case .point(let point) = item { return point }
             }
+            return nil
         }
     }
 }
