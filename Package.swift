@@ -3,13 +3,13 @@ import PackageDescription
 
 // The six services share one shape: a thin executable over the service kit. Their cores get their
 // own library targets as their issues fill them in, so each can be tested without sockets.
-let services = ["ingest", "trips", "geofence", "checkout", "scorer", "stats"]
+let services = ["ingest", "trips", "geofence", "checkout", "scorer", "stats", "mqtt"]
 
-func serviceExecutable(_ name: String, _ dependencies: [Target.Dependency] = []) -> Target {
+func serviceExecutable(_ name: String, _ dependencies: [Target.Dependency] = [], directory: String? = nil) -> Target {
     .executableTarget(
         name: "drivebus-\(name)",
         dependencies: ["DrivebusKit", "DrivebusConfiguration"] + dependencies,
-        path: "Services/\(name.prefix(1).uppercased() + name.dropFirst())/App"
+        path: "Services/\(directory ?? name.prefix(1).uppercased() + name.dropFirst())/App"
     )
 }
 
@@ -61,7 +61,15 @@ let package = Package(
             pkgConfig: "libqrencode",
             providers: [.apt(["libqrencode-dev"])]
         ),
+        .systemLibrary(
+            name: "CMosquitto",
+            path: "Shared/CMosquitto",
+            pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]
+        ),
         .target(name: "CDrivebusSupport", path: "Shared/CSupport"),
+        // An MQTT v5 client on libmosquitto, on a thread of its own, acknowledging after storage.
+        .target(name: "DrivebusMQTT", dependencies: ["CMosquitto", "CDrivebusSupport"], path: "Shared/MQTT"),
         // QR codes for phone setup (libqrencode), drawn for a terminal or as SVG.
         .target(name: "DrivebusQRCode", dependencies: ["CQREncode"], path: "Shared/QRCode"),
         .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
@@ -80,6 +88,7 @@ let package = Package(
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
         .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore", deque], path: "Services/Scorer/Core"),
+        .target(name: "MQTTCore", path: "Services/MQTT/Core"),
         .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusTrackFormats"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
         .target(
@@ -94,7 +103,7 @@ let package = Package(
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",
-            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", yams, logging],
+            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "MQTTCore", yams, logging],
             path: "Services/Config"
         ),
         .target(
@@ -118,7 +127,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "CheckoutCore", "StatsCore", "StatsStore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "CheckoutCore", "StatsCore", "StatsStore", "DrivebusMQTT", "MQTTCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTrackFormats"], path: "Services/Ingest/Core"),
@@ -132,7 +141,7 @@ let package = Package(
         // child processes, one HTTP client, a webhook receiver, bus subscriptions with deadlines.
         .target(
             name: "DrivebusTestSupport",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration"],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "CDrivebusSupport"],
             path: "Tests/Support"
         ),
         // Seeded fuzzing of every parser: a short run in the tests, long runs in drivebus-bench.
@@ -149,7 +158,7 @@ let package = Package(
             name: "CoreTests",
             dependencies: [
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
-                "IngestCore", "CheckoutCore", "DrivebusQRCode",
+                "IngestCore", "CheckoutCore", "DrivebusQRCode", "MQTTCore",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
@@ -160,6 +169,7 @@ let package = Package(
             name: "SystemTests",
             dependencies: [
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusTestbed", "DrivebusTestSupport", "GeofenceCore", "CheckoutCore", "ScorerCore",
+                "DrivebusMQTT", "MQTTCore",
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
                 grdb,
             ],
@@ -168,6 +178,7 @@ let package = Package(
         serviceExecutable("checkout", ["CheckoutCore"]),
         serviceExecutable("trips", ["TripsCore"]),
         serviceExecutable("scorer", ["ScorerCore", "TripsCore"]),
+        serviceExecutable("mqtt", ["MQTTCore", "DrivebusMQTT", lifecycle, .product(name: "AsyncHTTPClient", package: "async-http-client")], directory: "MQTT"),
         serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
     ]
 )

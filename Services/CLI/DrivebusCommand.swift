@@ -50,7 +50,7 @@ struct Up: ParsableCommand {
         do {
             try config.layout.prepare()
             let supervisor = try Supervisor(
-                settings: config.process, binDirectory: binDirectory, arguments: arguments, logger: .init(label: "drivebus.up"))
+                settings: config.process, services: config.services, binDirectory: binDirectory, arguments: arguments, logger: .init(label: "drivebus.up"))
             supervisor.run()
         } catch {
             FileHandle.standardError.write(Data("drivebus up: \(error)\n".utf8))

@@ -20,7 +20,7 @@ struct Status: AsyncParsableCommand {
         let config = try loadConfig(options)
         let bus = BusClient(settings: config.process, name: "status")
         let wait = Duration.milliseconds(Int(timeout * 1000))
-        let services = ServiceName.allCases
+        let services = config.services
         // Each service is asked in a task of its own; the answers come back in order. Not a task
         // group returning `(service, try await …)`: Swift 6.3.1 at -O loses the captured value
         // across the suspension in that shape (every answer came back as `bus`).

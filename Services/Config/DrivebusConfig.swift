@@ -1,5 +1,6 @@
 import CheckoutCore
 import GeofenceCore
+import MQTTCore
 import ScorerCore
 import StatsCore
 import TripsCore
@@ -26,6 +27,8 @@ public struct DrivebusConfig: Sendable, Equatable {
     public var scorer: ScorerConfiguration
     /// Own car against rentals; priced by the stats service (docs/costs.md).
     public var costs: CostsConfiguration
+    /// The MQTT bridge (OwnTracks over MQTT, Home Assistant); off when nil.
+    public var mqtt: MQTTConfiguration?
 
     public struct Device: Sendable, Equatable {
         public var id: String
@@ -81,13 +84,16 @@ public struct DrivebusConfig: Sendable, Equatable {
             geofence: GeofenceConfiguration(),
             trips: TripsConfiguration(),
             scorer: ScorerConfiguration(),
-            costs: CostsConfiguration()
+            costs: CostsConfiguration(),
+            mqtt: nil
         )
     }
 
 }
 
 extension DrivebusConfig {
+    /// The processes this config runs: the standard ones, and drivebus-mqtt with `mqtt:`.
+    public var services: [ServiceName] { ServiceName.standard + (mqtt == nil ? [] : [.mqtt]) }
     public var stateDir: String { process.stateDir }
     public var layout: StateLayout { process.layout }
     public var logLevel: Logger.Level { process.logLevel }
@@ -107,10 +113,13 @@ extension DrivebusConfig {
             try config.process.validateSocketPaths()
             return (config, .builtInDefaults)
         }
-        return (try parse(yaml: file.text, workingDirectory: workingDirectory), .file(file.path))
+        return (try parse(yaml: file.text, workingDirectory: workingDirectory, environment: environment), .file(file.path))
     }
 
-    public static func parse(yaml: String, workingDirectory: String = FileManager.default.currentDirectoryPath) throws(ConfigError) -> DrivebusConfig {
+    public static func parse(
+        yaml: String, workingDirectory: String = FileManager.default.currentDirectoryPath,
+        environment: [String: String] = ProcessInfo.processInfo.environment
+    ) throws(ConfigError) -> DrivebusConfig {
         let root: Node?
         do {
             root = try Yams.compose(yaml: yaml)
@@ -119,7 +128,7 @@ extension DrivebusConfig {
         }
         let top = try ConfigMapping(root, path: "", allowed: [
             "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor", "checkout",
-            "zones", "gates", "geofence", "trips", "scorer", "costs",
+            "zones", "gates", "geofence", "trips", "scorer", "costs", "mqtt",
         ])
         var config = defaults(workingDirectory: workingDirectory)
         config.process = try ProcessSettings.parse(top, workingDirectory: workingDirectory)
@@ -138,6 +147,7 @@ extension DrivebusConfig {
         config.trips = try parseTrips(top)
         config.scorer = try parseScorer(top, zones: config.geofence.zones)
         config.costs = try parseCosts(top.mapping("costs", allowed: ["currency", "rental_keep_s", "own_car", "rentals"]))
+        config.mqtt = try parseMQTT(top, environment: environment)
         try config.process.validateSocketPaths()
         return config
     }
@@ -362,9 +372,9 @@ extension DrivebusConfig {
         return devices
     }
 
-    static func parseListen(_ section: ConfigMapping, default value: Listen) throws(ConfigError) -> Listen {
-        guard let text = try section.string("listen") else { return value }
-        let path = section.keyPath("listen")
+    static func parseListen(_ section: ConfigMapping, key: String = "listen", default value: Listen) throws(ConfigError) -> Listen {
+        guard let text = try section.string(key) else { return value }
+        let path = section.keyPath(key)
         guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (1...65535).contains(port) else {
             throw ConfigError(path: path, reason: "expected HOST:PORT with a port from 1 to 65535, got \"\(text)\"")
         }

@@ -464,6 +464,7 @@ public struct JournalRecord: Sendable {
         switch kind {
         case .fix(let fix): DedupKey(fix)
         case .motion(let sample): DedupKey(sample)
+        case .transition(let transition): DedupKey(transition)
         default: nil
         }
     }
@@ -509,12 +510,23 @@ struct DedupKey: Hashable, Sendable {
             b: UInt64(MotionSample.Confidence.allCases.firstIndex(of: sample.confidence)!))
     }
 
+    /// A phone's own transition: MQTT redelivers, and apps resend, what was not acknowledged.
+    init(_ transition: ClientTransition) {
+        var region = Hasher()
+        region.combine(transition.region)
+        self.init(
+            device: transition.device, milliseconds: Int64((transition.time.timeIntervalSince1970 * 1000).rounded()),
+            a: (transition.event == "enter" ? 1 : 2) | (1 << 62), b: UInt64(bitPattern: Int64(region.finalize())))
+    }
+
     /// Rebuilds the key of a journaled record.
     init?(topic: String, payload: [UInt8]) {
         if topic.hasPrefix("fix."), let fix = try? BusJSON.decode(Fix.self, from: payload) {
             self.init(fix)
         } else if topic.hasPrefix("motion."), let sample = try? BusJSON.decode(MotionSample.self, from: payload) {
             self.init(sample)
+        } else if topic.hasPrefix("client.transition."), let transition = try? BusJSON.decode(ClientTransition.self, from: payload) {
+            self.init(transition)
         } else {
             return nil
         }

@@ -29,11 +29,13 @@ public final class Supervisor {
     /// - Parameters:
     ///   - binDirectory: where the `drivebus-*` executables are.
     ///   - arguments: passed to every child, e.g. `["--config", path]`.
-    public init(settings process: ProcessSettings, binDirectory: String, arguments: [String], logger: Logger) throws {
+    public init(
+        settings process: ProcessSettings, services: [ServiceName] = ServiceName.standard, binDirectory: String, arguments: [String], logger: Logger
+    ) throws {
         settings = process.supervisor
         layout = process.layout
         self.logger = logger
-        children = try ServiceName.allCases.map { service in
+        children = try services.map { service in
             let path = binDirectory + "/" + service.executable
             guard access(path, X_OK) == 0 else {
                 throw ConfigError(path: "", reason: "\(path) is missing or not executable; build with `swift build` first")

@@ -73,4 +73,56 @@ public enum IngestRPCMessages {
             self.lastSeq = lastSeq
         }
     }
+
+    /// `publish_owntracks`: OwnTracks messages that drivebus-mqtt received, each with the device
+    /// its topic maps to and its payload as the app sent it.
+    public struct PublishOwnTracks: Codable, Sendable {
+        public var op = "publish_owntracks"
+        public var messages: [Message]
+
+        public struct Message: Codable, Sendable, Equatable {
+            public var device: String
+            public var payload: String
+            public init(device: String, payload: String) {
+                self.device = device
+                self.payload = payload
+            }
+        }
+
+        public init(messages: [Message]) { self.messages = messages }
+    }
+
+    /// What `publish_owntracks` answers: the records journaled or already there, the messages
+    /// that hold nothing to keep (lwt, waypoints…), and each refused message with the reason.
+    public struct OwnTracksStored: Codable, Sendable, Equatable {
+        public struct Refusal: Codable, Sendable, Equatable {
+            public var index: Int
+            public var code: String
+            public var field: String?
+            public var message: String
+            public init(index: Int, code: String, field: String?, message: String) {
+                self.index = index
+                self.code = code
+                self.field = field
+                self.message = message
+            }
+        }
+
+        public var accepted: Int
+        public var duplicates: Int
+        public var ignored: Int
+        public var refused: [Refusal]
+        public var lastSeq: UInt64
+        enum CodingKeys: String, CodingKey {
+            case accepted, duplicates, ignored, refused
+            case lastSeq = "last_seq"
+        }
+        public init(accepted: Int, duplicates: Int, ignored: Int, refused: [Refusal], lastSeq: UInt64) {
+            self.accepted = accepted
+            self.duplicates = duplicates
+            self.ignored = ignored
+            self.refused = refused
+            self.lastSeq = lastSeq
+        }
+    }
 }

@@ -3,10 +3,16 @@ import Glibc
 
 /// The processes drivebus runs, by their names on the bus.
 public enum ServiceName: String, CaseIterable, Sendable {
-    case bus, ingest, trips, geofence, checkout, scorer, stats
+    case bus, ingest, trips, geofence, checkout, scorer, stats, mqtt
 
     /// The executable that runs it.
     public var executable: String { "drivebus-\(rawValue)" }
+
+    /// Runs only when its config section is there (`mqtt:`).
+    public var isOptional: Bool { self == .mqtt }
+
+    /// The processes that always run.
+    public static let standard = allCases.filter { !$0.isOptional }
 }
 
 /// `state_dir` and what lives in it:

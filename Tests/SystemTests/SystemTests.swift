@@ -62,7 +62,7 @@ import Testing
         let client = BusClient(settings: config.process, name: "test")
         var heartbeats = try await client.subscribe(["svc.heartbeat."]).makeAsyncIterator()
         var seen: [String: Heartbeat] = [:]
-        let expected = Set(ServiceName.allCases.map(\.rawValue))
+        let expected = Set(ServiceName.standard.map(\.rawValue))
         // The deadline shuts the client down, which ends the iteration: no wait is unbounded.
         await withDeadline(.seconds(40), on: client) {
             while Set(seen.keys) != expected, let message = await heartbeats.next() {
@@ -85,7 +85,7 @@ import Testing
         #expect(status.status == 0, "\(status.stdout)\n\(status.stderr)")
         let lines = status.stdout.split(separator: "\n")
         #expect(lines.first?.hasPrefix("SERVICE") == true)
-        for service in ServiceName.allCases {
+        for service in ServiceName.standard {
             #expect(lines.contains { $0.hasPrefix(service.rawValue + " ") && $0.contains(" ok ") }, "\(status.stdout)")
         }
 
@@ -111,7 +111,7 @@ import Testing
             try await client.call(.stats, RPCRequestHead(op: "fly"), as: RPCEmpty.self)
         }
 
-        let pids = try await ServiceName.allCases.asyncMap { try await client.call($0, RPCRequestHead(op: "health"), as: HealthReply.self).pid }
+        let pids = try await ServiceName.standard.asyncMap { try await client.call($0, RPCRequestHead(op: "health"), as: HealthReply.self).pid }
         await client.shutdown()
 
         // SIGTERM stops everything, and up exits 0.
@@ -128,10 +128,10 @@ import Testing
         let client = BusClient(settings: config.process, name: "test")
         var pids: [Int32] = []
         _ = await eventually(within: .seconds(30)) {
-            pids = (try? await ServiceName.allCases.asyncMap {
+            pids = (try? await ServiceName.standard.asyncMap {
                 try await client.call($0, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)).pid
             }) ?? []
-            return pids.count == ServiceName.allCases.count
+            return pids.count == ServiceName.standard.count
         }
         await client.shutdown()
         #expect(pids.count == 7)

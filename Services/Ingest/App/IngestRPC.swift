@@ -61,6 +61,14 @@ struct IngestRPC {
                     return Self.failure(Self.rpcError(error))
                 }
             },
+            "publish_owntracks": RPC.handler(IngestRPCMessages.PublishOwnTracks.self) {
+                (request: IngestRPCMessages.PublishOwnTracks) throws(RPCErrorBody) -> IngestRPCMessages.OwnTracksStored in
+                do {
+                    return try await handler.publishOwnTracks(request.messages)
+                } catch {
+                    throw Self.rpcError(error)
+                }
+            },
             "checkin": RPC.handler(CheckinRequest.self) { (request: CheckinRequest) throws(RPCErrorBody) -> PublishReply in
                 do {
                     let seq = try await handler.checkinLocal(device: request.device, time: request.time)

@@ -246,6 +246,34 @@ public final class IngestHandler: Sendable {
         return summarize(try await store(try parsers.nativeMotion(body, device: device)))
     }
 
+    /// The `publish_owntracks` RPC: OwnTracks messages from drivebus-mqtt, each decoded as a POST
+    /// to `/owntracks` is (same units, leniency and errors), journaled in one group. A refused
+    /// message costs only itself; the answer says which and why.
+    public func publishOwnTracks(_ messages: [IngestRPCMessages.PublishOwnTracks.Message]) async throws(IngestError) -> IngestRPCMessages.OwnTracksStored {
+        var records: [JournalRecord] = []
+        var ignored = 0
+        var refused: [IngestRPCMessages.OwnTracksStored.Refusal] = []
+        for (index, message) in messages.enumerated() {
+            do throws(IngestError) {
+                guard isKnownLocally(message.device) else { throw .invalid("device", "unknown device \"\(message.device)\"") }
+                let parsed: [JournalRecord]
+                do {
+                    parsed = try parsers.ownTracks(Array(message.payload.utf8), device: message.device, headers: [:])
+                } catch let error as IngestError {
+                    throw error
+                } catch {
+                    throw IngestError.invalid("payload", String(describing: error))
+                }
+                if parsed.isEmpty { ignored += 1 }
+                records += parsed
+            } catch {
+                refused.append(.init(index: index, code: error.code, field: error.field, message: error.message))
+            }
+        }
+        let summary = summarize(try await store(records))
+        return .init(accepted: summary.accepted, duplicates: summary.duplicates, ignored: ignored, refused: refused, lastSeq: summary.lastSeq)
+    }
+
     /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.
     public func checkinLocal(device: String, time: Date?) async throws(IngestError) -> UInt64 {
         guard isKnownLocally(device) else { throw .invalid("device", "unknown device \"\(device)\"") }

@@ -1,0 +1,74 @@
+import AsyncHTTPClient
+import DrivebusConfiguration
+import DrivebusKit
+import DrivebusMQTT
+import Foundation
+import Logging
+import MQTTCore
+import ServiceLifecycle
+import Synchronization
+
+await ServiceRunner.main(.mqtt, configuration: DrivebusConfig.self) { context, config in
+    guard let settings = config.mqtt else {
+        throw ConfigError(path: "mqtt", reason: "is not in the config; drivebus-mqtt has nothing to do")
+    }
+    let logger = context.logger
+    let counters = Counters()
+    let devices = DeviceBook(config: config, logger: logger)
+    let inbound = OwnTracksInbound(bus: context.bus, configuration: settings, devices: devices, counters: counters, logger: logger)
+    let bridge = HomeAssistantBridge(configuration: settings, zones: config.geofence.zones.map(\.id))
+    let (events, eventSink) = AsyncStream.makeStream(of: MQTTClient.Event.self)
+
+    var client = MQTTClient.Configuration(host: settings.host, port: settings.port, clientID: settings.clientID)
+    client.username = settings.username
+    client.password = settings.password
+    client.tls = settings.tls.map { .init(caFile: $0.caFile, certFile: $0.certFile, keyFile: $0.keyFile) }
+    client.will = MQTTMessage(bridge.offline())
+    client.subscriptions = OwnTracksTopics.filters(settings).map { .init($0, qos: 1) }
+    let stopping = StopFlag()
+    let mqtt = try MQTTClient(client, onEvent: { eventSink.yield($0) }) { messages in
+        inbound.store(messages, giveUpWhen: { stopping.isSet })
+    }
+    logger.info("connecting", metadata: ["broker": "\(settings)"])
+    let publisher = BridgePublisher(
+        client: mqtt, bridge: bridge, devices: devices, events: events, bus: context.bus, stats: config.stats.listen,
+        state: config.layout.dataDir + "/mqtt-discovery.json", counters: counters, stopping: stopping, logger: logger)
+    return ServiceParts(
+        services: [publisher],
+        rpc: ["mqtt_status": { _ in
+            let reply = MQTTStatusReply(connected: mqtt.isConnected, broker: "\(settings.host):\(settings.port)", counters: counters.snapshot)
+            return (try? BusJSON.encode(RPCReply.success(reply))) ?? []
+        }],
+        counters: { counters.snapshot.merging(["mqtt.connected": mqtt.isConnected ? 1 : 0]) { a, _ in a } }
+    )
+}
+
+extension MQTTMessage {
+    init(_ publication: Publication) {
+        self.init(topic: publication.topic, text: publication.payload, qos: publication.qos, retain: publication.retain)
+    }
+}
+
+/// Set once, at shutdown: a receive handler waiting for ingest gives up, unacknowledged.
+final class StopFlag: Sendable {
+    private let flag = Mutex(false)
+    var isSet: Bool { flag.withLock { $0 } }
+    func set() { flag.withLock { $0 = true } }
+}
+
+/// What drivebus-mqtt counts, for the heartbeat (and so `/metrics`) and `drivebus status`.
+final class Counters: Sendable {
+    private let values = Mutex<[String: UInt64]>([:])
+    func add(_ name: String, _ count: Int = 1) {
+        guard count > 0 else { return }
+        values.withLock { $0["mqtt." + name, default: 0] += UInt64(count) }
+    }
+    var snapshot: [String: UInt64] { values.withLock { $0 } }
+}
+
+/// The `mqtt_status` RPC's answer.
+struct MQTTStatusReply: Codable, Sendable {
+    let connected: Bool
+    let broker: String
+    let counters: [String: UInt64]
+}
