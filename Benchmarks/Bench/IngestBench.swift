@@ -110,6 +110,11 @@ final class BenchSystem {
         await client.shutdown()
     }
 
+    /// CPU seconds (user + system) each process has used so far, by executable name.
+    func cpuSeconds() -> [String: Double] {
+        Dictionary(uniqueKeysWithValues: processes.map { ($0.executableURL!.lastPathComponent, cpuSecondsOf($0.processIdentifier)) })
+    }
+
     func stop() {
         for process in processes.reversed() { process.terminate() }
         for process in processes { process.waitUntilExit() }
@@ -117,3 +122,10 @@ final class BenchSystem {
     }
 }
 
+/// utime + stime of a process, from /proc/PID/stat (fields 14 and 15, in clock ticks).
+func cpuSecondsOf(_ pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}

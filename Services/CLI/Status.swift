@@ -37,6 +37,7 @@ struct Status: AsyncParsableCommand {
         var replies: [Result<HealthReply, any Error>] = []
         for task in tasks { replies.append(await task.value) }
         let deadLetters = try? await bus.call(.geofence, RPCRequestHead(op: "dead_letters"), as: DeadLetters.self, timeout: wait)
+        let mqtt = config.mqtt == nil ? nil : try? await bus.call(.mqtt, RPCRequestHead(op: "mqtt_status"), as: MQTTStatus.self, timeout: wait)
         await bus.shutdown()
 
         var healthy = true
@@ -64,8 +65,13 @@ struct Status: AsyncParsableCommand {
                 let data = try JSONSerialization.data(withJSONObject: ["dead_letters": deadLetters.calls.count], options: [.sortedKeys])
                 print(String(decoding: data, as: UTF8.self))
             }
+            if let mqtt {
+                let data = try JSONSerialization.data(withJSONObject: ["mqtt": ["connected": mqtt.connected, "broker": mqtt.broker, "counters": mqtt.counters]], options: [.sortedKeys])
+                print(String(decoding: data, as: UTF8.self))
+            }
         } else {
             print(Self.table([["SERVICE", "STATUS", "PID", "UPTIME", "PUBLISHED", "LAST SEQ"]] + rows))
+            if let mqtt { print("\n" + mqtt.summary) }
             if let calls = deadLetters?.calls, !calls.isEmpty {
                 // Gate calls given up on: refused, failed or too old to open a gate for.
                 print("\nDEAD LETTERS (\(calls.count)): gate calls given up on")
@@ -137,4 +143,21 @@ struct DeadLetters: Codable, Sendable {
         }
     }
     let calls: [Call]
+}
+
+/// drivebus-mqtt's `mqtt_status` reply.
+struct MQTTStatus: Codable, Sendable {
+    let connected: Bool
+    let broker: String
+    let counters: [String: UInt64]
+
+    /// `MQTT: connected to host:port; received 12, accepted 10, …, refused 2 (too_large 1, …)`.
+    var summary: String {
+        func count(_ name: String) -> UInt64 { counters["mqtt." + name] ?? 0 }
+        let reasons = counters.filter { $0.key.hasPrefix("mqtt.refused.") }.sorted { $0.key < $1.key }
+            .map { "\($0.key.dropFirst("mqtt.refused.".count)) \($0.value)" }
+        return "MQTT: \(connected ? "connected to" : "NOT connected to") \(broker); received \(count("received")), accepted \(count("accepted")), "
+            + "duplicates \(count("duplicates")), ignored \(count("ignored")), refused \(count("refused"))"
+            + (reasons.isEmpty ? "" : " (\(reasons.joined(separator: ", ")))")
+    }
 }

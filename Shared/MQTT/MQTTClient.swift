@@ -320,6 +320,8 @@ private final class Connection: @unchecked Sendable {
         }
         mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
         try check(mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V5), "protocol version")
+        // Small messages go out at once: with Nagle, a state update waited ~40 ms for an ACK.
+        try check(mosquitto_int_option(handle, MOSQ_OPT_TCP_NODELAY, 1), "TCP_NODELAY")
         // Nothing but our own loop writes to the socket: PUBACKs wait until `receive` returned.
         try check(mosquitto_threaded_set(handle, true), "threaded mode")
         if let username = configuration.username {

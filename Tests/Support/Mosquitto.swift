@@ -9,7 +9,7 @@ public final class Mosquitto: @unchecked Sendable {
     public let username = "drivebus"
     public let password = "broker-secret-0123"
     public let directory: String
-    private var pid: pid_t?
+    public private(set) var pid: pid_t?
 
     public init(in directory: String, port: Int = freePort()) async throws {
         self.port = port

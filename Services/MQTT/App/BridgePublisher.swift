@@ -87,11 +87,11 @@ struct BridgePublisher: Service {
                 }
             }
             group.addTask {
-                for await message in subscription.cancelOnGracefulShutdown() {
-                    let publications = bridge.publications(busTopic: message.topic, payload: message.payload)
+                for await group in subscription.groups.cancelOnGracefulShutdown() {
+                    let publications = bridge.publications(group.map { ($0.topic, $0.payload) })
                     client.publish(publications.map(MQTTMessage.init))
-                    if HomeAssistantBridge.changesToday(busTopic: message.topic), let device = message.topic.split(separator: ".").last {
-                        refresh.add(String(device))
+                    for message in group where HomeAssistantBridge.changesToday(busTopic: message.topic) {
+                        if let device = message.topic.split(separator: ".").last { refresh.add(String(device)) }
                     }
                 }
             }

@@ -186,6 +186,22 @@ public struct HomeAssistantBridge: Sendable {
         return out
     }
 
+    /// What a group of bus events that arrived together changes. Of a device's fixes only the
+    /// last one's position is published: under a flood the broker gets the newest state, not a
+    /// backlog of stale ones; one at a time, every fix is published at once.
+    public func publications(_ events: [(busTopic: String, payload: [UInt8])]) -> [Publication] {
+        var lastFix: [Substring: Int] = [:]
+        for (index, event) in events.enumerated() where event.busTopic.hasPrefix("fix.") {
+            lastFix[event.busTopic.dropFirst(4)] = index
+        }
+        var out: [Publication] = []
+        for (index, event) in events.enumerated() {
+            if event.busTopic.hasPrefix("fix."), lastFix[event.busTopic.dropFirst(4)] != index { continue }
+            out += publications(busTopic: event.busTopic, payload: event.payload)
+        }
+        return out
+    }
+
     /// The device tracker reads latitude, longitude and gps_accuracy from the attributes.
     private func location(_ fields: [String: Any], state: String) -> [Publication] {
         guard let lat = fields["lat"] as? Double, let lon = fields["lon"] as? Double else { return [] }

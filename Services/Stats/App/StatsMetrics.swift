@@ -32,6 +32,12 @@ final class StatsMetrics: Sendable {
                     name: "drivebus_ingest_dropped_readings", labels: [("reading", String(parts[1])), ("reason", String(parts[2]))],
                     help: "Optional readings left out of fixes since ingest started: impossible values and clients' placeholders"
                 ).set(to: Double(value))
+            } else if parts.count == 3, parts[0] == "mqtt", parts[1] == "refused" {
+                registry.makeGauge(
+                    name: "drivebus_mqtt_refused_by_code", labels: [("code", String(parts[2]))],
+                    help: "MQTT messages refused since drivebus-mqtt started, by error code").set(to: Double(value))
+            } else if parts.count == 2, parts[0] == "mqtt" {
+                registry.makeGauge(name: "drivebus_mqtt_\(parts[1])", help: "drivebus-mqtt's \(parts[1]) since it started").set(to: Double(value))
             }
         }
     }
