@@ -11,10 +11,16 @@ public final class Mosquitto: @unchecked Sendable {
     public let directory: String
     public private(set) var pid: pid_t?
 
-    public init(in directory: String, port: Int = freePort()) async throws {
+    /// With `tls`, the listener takes TLS only and requires a client certificate, both signed by
+    /// a CA made here (`ca.pem`; the client's `client.pem` and `client.key`).
+    public let tls: Bool
+
+    public init(in directory: String, port: Int = freePort(), tls: Bool = false) async throws {
         self.port = port
         self.directory = directory
+        self.tls = tls
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        if tls { try await makeCertificates() }
         let made = try await run("/usr/bin/mosquitto_passwd", ["-b", "-c", directory + "/passwd", username, password])
         guard made.status == 0 else { throw Timeout(description: "mosquitto_passwd failed: \(made.stderr)") }
         // As root, Mosquitto would switch to its own user, who cannot read the temporary directory.
@@ -25,6 +31,7 @@ public final class Mosquitto: @unchecked Sendable {
             persistence true
             persistence_location \(directory)/
             max_queued_messages 1000000
+            \(tls ? "cafile \(directory)/ca.pem\ncertfile \(directory)/server.pem\nkeyfile \(directory)/server.key\nrequire_certificate true" : "")
             log_dest file \(directory)/mosquitto.log
             \(getuid() == 0 ? "user root" : "")
 
@@ -71,7 +78,24 @@ public final class Mosquitto: @unchecked Sendable {
           broker: "127.0.0.1:\(port)"
           username: \(username)
           password: \(password)
-        """
+        """ + (tls ? "\n  tls: {ca_file: \(directory)/ca.pem, cert_file: \(directory)/client.pem, key_file: \(directory)/client.key}" : "")
+    }
+
+    /// A CA, a server certificate for 127.0.0.1 and a client certificate, with P-256 keys.
+    private func makeCertificates() async throws {
+        let key = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+        let steps: [[String]] = [
+            ["req", "-x509"] + key + ["-keyout", "ca.key", "-out", "ca.pem", "-days", "2", "-subj", "/CN=drivebus test CA"],
+            ["req"] + key + ["-keyout", "server.key", "-out", "server.csr", "-subj", "/CN=127.0.0.1"],
+            ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "server.pem", "-days", "2", "-extfile", "san.ext"],
+            ["req"] + key + ["-keyout", "client.key", "-out", "client.csr", "-subj", "/CN=drivebus"],
+            ["x509", "-req", "-in", "client.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "client.pem", "-days", "2"],
+        ]
+        try "subjectAltName=IP:127.0.0.1\n".write(toFile: directory + "/san.ext", atomically: true, encoding: .utf8)
+        for step in steps {
+            let result = try await run("/usr/bin/openssl", step, cwd: directory)
+            guard result.status == 0 else { throw Timeout(description: "openssl \(step[0]) failed: \(result.stderr)") }
+        }
     }
 
     static func accepts(_ port: Int) -> Bool {

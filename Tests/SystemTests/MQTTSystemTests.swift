@@ -16,8 +16,8 @@ import Testing
         let config: DrivebusConfig
         var processes: [ServiceName: Child] = [:]
 
-        init(extra: String = "", services: [ServiceName] = [.mqtt]) async throws {
-            broker = try await Mosquitto(in: dir.path + "/broker")
+        init(extra: String = "", services: [ServiceName] = [.mqtt], tls: Bool = false) async throws {
+            broker = try await Mosquitto(in: dir.path + "/broker", tls: tls)
             let yaml = """
                 state_dir: \(dir.path)/state
                 heartbeat_interval_s: 0.2
@@ -79,7 +79,7 @@ import Testing
     }
 
     @Test func ownTracksMessagesAreJournaledOnceAndBadOnesCountedWithoutADisconnect() async throws {
-        var harness = try await Harness()
+        let harness = try await Harness(services: [.mqtt, .stats])
         let phone = try TestMQTT(harness.broker, id: "phone")
         try await phone.connected()
         let messages: [(String, String)] = [
@@ -111,11 +111,21 @@ import Testing
         #expect(journal.map(\.topic) == ["fix.phone", "client.transition.phone", "fix.phone"])
         let fix = try BusJSON.decode(Fix.self, from: journal[0].payload)
         #expect(fix.lat == 48.21 && fix.speedMps == 10 && fix.battery == 0.8 && fix.source == .owntracks && fix.meta?["tid"] == "jp")
+        // The counters reach /metrics through the heartbeat, and `drivebus status` asks for them.
+        let metricsURL = "http://\(harness.config.stats.listen)/metrics"
+        #expect(await eventually(within: .seconds(10)) {
+            let metrics = (try? await http("GET", metricsURL))?.body ?? ""
+            return metrics.contains(#"drivebus_mqtt_refused_by_code{code="too_large"} 1"#) && metrics.contains("drivebus_mqtt_accepted 3")
+        })
+        let status = try await run("drivebus", ["status", "--config", harness.path])
+        #expect(status.stdout.contains(
+            "MQTT: connected to 127.0.0.1:\(harness.broker.port); received 10, accepted 3, duplicates 2, ignored 1, refused 4 "
+                + "(invalid_field 1, malformed_json 1, too_large 1, unknown_device 1)"), "\(status.stdout)")
         try await harness.stop()
     }
 
     @Test func homeAssistantDiscoversDevicesSeesStatesAndAvailability() async throws {
-        var harness = try await Harness()
+        var harness = try await Harness(services: [.mqtt, .stats])
         let homeAssistant = try TestMQTT(harness.broker, id: "home-assistant", subscribe: ["homeassistant/#", "drivebus/#"])
         try await homeAssistant.connected()
         let tracker = try #require(await homeAssistant.message("homeassistant/device_tracker/drivebus_phone/location/config"))
@@ -135,6 +145,9 @@ import Testing
         let location = try #require(await homeAssistant.message("drivebus/phone/location") { $0.text.contains("48.25") })
         #expect(location.text == #"{"gps_accuracy":8,"latitude":48.25,"longitude":16.37,"speed_kmh":36,"time":"2023-11-14T22:13:20.000Z"}"#)
         #expect(await homeAssistant.message("drivebus/phone/battery") { $0.text == "57" } != nil)
+        // Today's figures come from the stats service (a UTC day).
+        let today = String(RFC3339.format(Date()).prefix(10))
+        #expect(await homeAssistant.message("drivebus/phone/today")?.text == #"{"away_s":0,"date":"\#(today)","distance_km":0}"#)
 
         // A device added with `drivebus device add` gets its entities; removed, they go.
         let added = try await run("drivebus", ["device", "add", "tablet", "--app", "owntracks", "--config", harness.path])
@@ -148,6 +161,16 @@ import Testing
         // Killed, drivebus is unavailable (the will); back, it is online again.
         try await harness.kill(.mqtt)
         #expect(await eventually(within: .seconds(15)) { homeAssistant.texts("drivebus/status").suffix(2) == ["offline", "online"] })
+        try await harness.stop()
+    }
+
+    @Test func overTLSWithAClientCertificate() async throws {
+        let harness = try await Harness(tls: true)
+        let phone = try TestMQTT(harness.broker, id: "phone")
+        try await phone.connected()
+        phone.client.publish(MQTTMessage(topic: "owntracks/jan/phone", text: Self.location(1_700_000_000), qos: 1))
+        #expect(await eventually(within: .seconds(15)) { (try? await harness.journal())?.count == 1 })
+        #expect(try await harness.mqttStatus()["mqtt.connects"] == 1)
         try await harness.stop()
     }
 
@@ -198,6 +221,9 @@ final class TestMQTT: Sendable {
         configuration.password = broker.password
         configuration.persistentSession = persistent
         configuration.subscriptions = subscribe.map { .init($0, qos: 1) }
+        if broker.tls {
+            configuration.tls = .init(caFile: broker.directory + "/ca.pem", certFile: broker.directory + "/client.pem", keyFile: broker.directory + "/client.key")
+        }
         let inbox = Inbox()
         self.inbox = inbox
         client = try MQTTClient(configuration, onEvent: { event in
