@@ -179,6 +179,6 @@ let package = Package(
         serviceExecutable("trips", ["TripsCore"]),
         serviceExecutable("scorer", ["ScorerCore", "TripsCore"]),
         serviceExecutable("mqtt", ["MQTTCore", "DrivebusMQTT", lifecycle, .product(name: "AsyncHTTPClient", package: "async-http-client")], directory: "MQTT"),
-        serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
+        serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", "DrivebusQRCode", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
     ]
 )

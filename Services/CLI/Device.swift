@@ -13,9 +13,7 @@ struct DeviceCommand: ParsableCommand {
         commandName: "device", abstract: "Add a phone and show how to connect it; list, remove, or give a new token.",
         subcommands: [Add.self, List.self, Remove.self, RotateToken.self])
 
-    enum App: String, ExpressibleByArgument, CaseIterable {
-        case owntracks, overland, traccar, gpslogger
-    }
+    typealias App = PhoneApp
 
     struct Add: ParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Add a device with a new token and print what to enter in the app, with a QR code.")
@@ -98,13 +96,10 @@ struct DeviceCommand: ParsableCommand {
             let registry = DeviceRegistry(layout: config.layout)
             var entries = try loadEntries(registry)
             try requireAdded(name, config, entries)
-            let index = entries.firstIndex { $0.id == name }!
-            let token = DeviceRegistry.newToken()
-            entries[index].tokenSHA256 = TokenDigest.hex(token)
-            if let app { entries[index].app = app.rawValue }
+            let (token, entry) = DeviceRegistry.rotate(name, in: &entries, app: app?.rawValue, digest: TokenDigest.hex)
             try saveEntries(entries, registry)
             print("New token for \"\(name)\"; the old one is refused within a second.\n")
-            let chosen = app ?? entries[index].app.flatMap(App.init(rawValue:)) ?? .owntracks
+            let chosen = app ?? entry.app.flatMap(App.init(rawValue:)) ?? .owntracks
             print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config))
                 .instructions(for: chosen, warnLoopback: url == nil && config.ingest.listen.isLoopback))
         }
@@ -132,75 +127,16 @@ private func requireAdded(_ name: String, _ config: DrivebusConfig, _ entries: [
     guard entries.contains(where: { $0.id == name }) else { throw ValidationError("no device \"\(name)\"") }
 }
 
-/// What to enter in each app, and the setup link where the app has one.
-struct PhoneSetup {
-    let device: String
-    let token: String
-    /// Where the phone reaches ingest, without a trailing slash.
-    let base: String
+extension PhoneApp: ExpressibleByArgument {}
 
-    init(device: String, token: String, base: String) {
-        self.device = device
-        self.token = token
-        self.base = base.hasSuffix("/") ? String(base.dropLast()) : base
-    }
-
-    /// `http://HOST:PORT` from `ingest.listen`; a wildcard address becomes this machine's name.
-    static func base(_ config: DrivebusConfig) -> String {
-        let listen = config.ingest.listen
-        let host = ["0.0.0.0", "::", ""].contains(listen.host) ? ProcessInfo.processInfo.hostName : listen.host
-        return "http://\(host.contains(":") ? "[\(host)]" : host):\(listen.port)"
-    }
-
-    /// OwnTracks' remote configuration: `owntracks:///config?inline=` and the base64 of its JSON.
-    var ownTracksLink: String {
-        let settings: [String: Any] = [
-            "_type": "configuration", "mode": 3, "url": base + "/owntracks", "auth": true,
-            "username": device, "password": token, "deviceId": device, "tid": String(device.prefix(2)),
-        ]
-        let json = (try? JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys])) ?? Data()
-        return "owntracks:///config?inline=" + Self.queryEscaped(json.base64EncodedString())
-    }
-
-    /// Overland's setup link: endpoint, token and device id.
-    var overlandLink: String {
-        "overland://setup?url=\(Self.queryEscaped(base + "/overland"))&token=\(Self.queryEscaped(token))&device_id=\(Self.queryEscaped(device))"
-    }
-
-    var gpsLoggerURL: String {
-        base + "/gpslogger?lat=%LAT&lon=%LON&time=%TIME&spd=%SPD&alt=%ALT&acc=%ACC&dir=%DIR&batt=%BATT&token=" + token
-    }
-
-    var traccarURL: String { base + "/?token=" + token }
-
-    /// The text for `app`, with a QR code of its link (or of the URL to enter).
-    func instructions(for app: DeviceCommand.App, warnLoopback: Bool) -> String {
-        var text = ""
-        let code: String
-        switch app {
-        case .owntracks:
-            code = ownTracksLink
-            text += """
-                OwnTracks: scan this code with the phone's camera (or open the link on the phone), then
-                accept the configuration in OwnTracks.
-
-                """
-            text += qr(code) + code + "\n\n"
-            text += "By hand: Preferences → Connection → Mode HTTP, URL \(base)/owntracks, user \(device), password \(token).\n"
-        case .overland:
-            code = overlandLink
-            text += "Overland: scan this code with the iPhone's camera (or open the link on it).\n\n"
-            text += qr(code) + code + "\n\n"
-            text += "By hand: Settings → Receiver Endpoint \(base)/overland, Access Token \(token), Device ID \(device).\n"
-        case .traccar:
-            code = traccarURL
-            text += "Traccar Client: enter this as the server URL (the code holds it, to copy from a scan).\n\n"
-            text += qr(code) + "Server URL: \(code)\nDevice identifier: \(device)\n"
-        case .gpslogger:
-            code = gpsLoggerURL
-            text += "GPSLogger: Logging details → Log to custom URL → URL (the code holds it, to copy from a scan).\n\n"
-            text += qr(code) + code + "\n"
-        }
+extension PhoneSetup {
+    /// The text for `app` in a terminal, with a QR code of its link (or of the URL to enter).
+    func instructions(for app: PhoneApp, warnLoopback: Bool) -> String {
+        let code = code(for: app)
+        let (scan, byHand) = steps(for: app)
+        let qr = (try? QRCode(code).terminal()).map { $0 + "\n" } ?? ""
+        var text = scan + "\n\n" + qr
+        text += [.owntracks, .overland].contains(app) ? code + "\n\n" + byHand + "\n" : byHand + "\n"
         if warnLoopback {
             text += "\nNote: ingest listens on \(base) only, which a phone cannot reach. Set ingest.listen "
                 + "(e.g. \"0.0.0.0:5055\", ideally behind a TLS reverse proxy) and run this with --url.\n"
@@ -208,15 +144,5 @@ struct PhoneSetup {
         text += "\nThe token is a password: anyone with it can send fixes as \(device). It is shown only now (drivebus keeps "
             + "a hash of it); `drivebus device rotate-token \(device)` makes a new one.\n"
         return text
-    }
-
-    private func qr(_ text: String) -> String {
-        (try? QRCode(text).terminal()).map { $0 + "\n" } ?? ""
-    }
-
-    static func queryEscaped(_ text: String) -> String {
-        var allowed = CharacterSet.urlQueryAllowed
-        allowed.remove(charactersIn: ":&=+/?#")
-        return text.addingPercentEncoding(withAllowedCharacters: allowed) ?? text
     }
 }

@@ -101,6 +101,18 @@ public struct DeviceRegistry: Sendable {
     }
 
     /// A strong random token: 32 bytes from the system's generator, base64url without padding.
+    /// Gives the added device `id` a new token (and app, if given); returns the token, which is
+    /// kept nowhere, and the entry. `digest` is `TokenDigest.hex` (SHA-256, in the kit).
+    public static func rotate(
+        _ id: String, in entries: inout [Entry], app: String? = nil, digest: (String) -> String
+    ) -> (token: String, entry: Entry) {
+        let index = entries.firstIndex { $0.id == id }!
+        let token = newToken()
+        entries[index].tokenSHA256 = digest(token)
+        if let app { entries[index].app = app }
+        return (token, entries[index])
+    }
+
     public static func newToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }

@@ -122,12 +122,14 @@ public final class HTTPConnection {
 
 /// One request to `url` (`http://127.0.0.1:PORT/path?query`) on a connection of its own, made on
 /// a thread of its own so that no test blocks the cooperative pool.
-public func http(_ method: String, _ url: String, token: String? = nil, body: Data? = nil, contentType: String = "application/json") async throws -> (status: Int, body: String) {
+public func http(
+    _ method: String, _ url: String, token: String? = nil, body: Data? = nil, contentType: String = "application/json", headers extra: [(String, String)] = []
+) async throws -> (status: Int, body: String) {
     guard let parsed = URLComponents(string: url), parsed.host == "127.0.0.1", let port = parsed.port else {
         throw POSIXError(.EINVAL)
     }
     let path = (parsed.percentEncodedPath.isEmpty ? "/" : parsed.percentEncodedPath) + (parsed.percentEncodedQuery.map { "?" + $0 } ?? "")
-    let headers = [("Content-Type", contentType), ("Connection", "close")] + (token.map { [("Authorization", "Bearer \($0)")] } ?? [])
+    let headers = [("Content-Type", contentType), ("Connection", "close")] + (token.map { [("Authorization", "Bearer \($0)")] } ?? []) + extra
     let bytes = body.map(Array.init) ?? []
     return try await withCheckedThrowingContinuation { continuation in
         Thread {

@@ -106,6 +106,53 @@ import ZIPFoundation
         #expect(try await bus.exitStatus() == 0)
     }
 
+    @Test func theDashboardShowsBatteryAndMakesANewSetupCode() async throws {
+        let dir = TempDir()
+        let (port, statsPort) = (freePort(), freePort())
+        let path = dir.file("drivebus.yaml", """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: car, token: car-token-0123456789}]
+            ingest: {listen: "127.0.0.1:\(port)"}
+            stats: {listen: "127.0.0.1:\(statsPort)"}
+            """)
+        let config = try DrivebusConfig.parse(yaml: try String(contentsOfFile: path, encoding: .utf8))
+        let (base, stats) = ("http://127.0.0.1:\(port)", "http://127.0.0.1:\(statsPort)")
+        let processes = try [ServiceName.bus, .ingest, .stats].map { try Child($0.executable, ["--config", path]) }
+        try await waitUntilLive(.stats, config: config)
+        let added = try await run("drivebus", ["device", "add", "phone", "--app", "overland", "--config", path])
+        let token = try #require(Self.token(in: added.stdout))
+        func post(_ token: String, second: Int) async throws -> Int {
+            let body = #"{"fixes":[{"time":"2026-11-25T10:00:\#(String(format: "%02d", second))Z","lat":48.2,"lon":16.37,"battery":0.8}]}"#
+            return try await http("POST", base + "/api/v1/fixes", token: token, body: Data(body.utf8)).status
+        }
+        #expect(await eventually(within: .seconds(3)) { (try? await post(token, second: 1)) == 200 })
+
+        // The devices table: the battery of the latest fix, and a setup button for added devices only.
+        #expect(await eventually(within: .seconds(10)) { (try? await http("GET", stats + "/"))?.body.contains("<td class=\"num\">80 %</td>") == true })
+        let page = try await http("GET", stats + "/").body
+        #expect(page.contains(#"data-setup="phone""#) && !page.contains(#"data-setup="car""#))
+
+        // Without the header a form cannot send, nothing changes; with it, a new token and its code.
+        let setupURL = stats + "/api/v1/devices/phone/setup"
+        #expect(try await http("POST", setupURL).status == 403)
+        #expect(await eventually(within: .seconds(2)) { (try? await post(token, second: 2)) == 200 })
+        let answer = try await http("POST", setupURL, headers: [("X-Drivebus-Action", "setup")])
+        #expect(answer.status == 200, "\(answer.body)")
+        let setup = try #require(try JSONSerialization.jsonObject(with: Data(answer.body.utf8)) as? [String: String])
+        #expect(setup["app"] == "overland" && setup["svg"]?.hasPrefix("<svg") == true)
+        let code = try #require(setup["code"])
+        #expect(code.hasPrefix("overland://setup?url=http%3A%2F%2F127.0.0.1%3A\(port)%2Foverland&token="))
+        let rotated = try #require(Self.token(in: code).flatMap { $0.removingPercentEncoding })
+        #expect(rotated != token)
+        #expect(await eventually(within: .seconds(3)) { (try? await post(token, second: 3)) == 401 })
+        #expect(try await post(rotated, second: 4) == 200)
+        #expect(try await http("POST", stats + "/api/v1/devices/car/setup", headers: [("X-Drivebus-Action", "setup")]).status == 409)
+        #expect(try await http("POST", stats + "/api/v1/devices/nobody/setup", headers: [("X-Drivebus-Action", "setup")]).status == 404)
+        for child in processes { child.signal(SIGTERM) }
+        for child in processes { #expect(try await child.exitStatus() == 0) }
+    }
+
     /// The token in Overland's setup link.
     static func token(in text: String) -> String? {
         guard let range = text.range(of: "&token=") else { return nil }

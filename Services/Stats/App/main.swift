@@ -1,4 +1,5 @@
 import DrivebusConfiguration
+import DrivebusQRCode
 import DrivebusKit
 import Foundation
 import Hummingbird
@@ -20,7 +21,7 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
-            knownDevices: { await knownDevices(config) })),
+            knownDevices: { await knownDevices(config) }, deviceSetup: { device throws(StatsError) in try await newSetup(device, config) })),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
     )
@@ -40,4 +41,34 @@ func knownDevices(_ config: DrivebusConfig) async -> [KnownDevice] {
             })
         }
     }
+}
+
+/// The dashboard's "set up phone": a new token for an added device (the old one is refused
+/// within a second, as with `drivebus device rotate-token`), and what the phone needs, with the
+/// QR code as SVG. The token is in this answer only.
+func newSetup(_ device: String, _ config: DrivebusConfig) async throws(StatsError) -> [UInt8] {
+    let result: Result<[UInt8], StatsError> = await withCheckedContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(returning: Result { () throws(StatsError) -> [UInt8] in
+                if config.devices.contains(where: { $0.id == device }) {
+                    throw StatsError(status: 409, code: "stats.config_device", message: "\(device) is in the config file: its token is there", field: "id")
+                }
+                let registry = DeviceRegistry(layout: config.layout)
+                var entries: [DeviceRegistry.Entry]
+                do { entries = try registry.load() } catch { throw StatsError(status: 500, code: "stats.devices_unreadable", message: String(describing: error)) }
+                guard entries.contains(where: { $0.id == device }) else { throw StatsError.notFound("id", "no device \(device) added with drivebus device") }
+                let (token, entry) = DeviceRegistry.rotate(device, in: &entries, digest: TokenDigest.hex)
+                do { try registry.save(entries) } catch { throw StatsError(status: 500, code: "stats.devices_unwritable", message: String(describing: error)) }
+                let app = entry.app.flatMap(PhoneApp.init(rawValue:)) ?? .owntracks
+                let setup = PhoneSetup(device: device, token: token, base: PhoneSetup.base(config))
+                let code = setup.code(for: app)
+                let (scan, byHand) = setup.steps(for: app)
+                let reply: [String: String] = [
+                    "device": device, "app": app.rawValue, "code": code, "svg": (try? QRCode(code).svg()) ?? "", "scan": scan, "by_hand": byHand,
+                ]
+                return Array((try? JSONSerialization.data(withJSONObject: reply, options: [.sortedKeys])) ?? Data())
+            })
+        }
+    }
+    return try result.get()
 }

@@ -23,13 +23,18 @@ public struct StatsHTTPConfiguration: Sendable {
     /// The devices known now (config and `drivebus device`), for `GET /api/v1/devices`; without
     /// it, only the devices with stored fixes are listed.
     public var knownDevices: (@Sendable () async -> [KnownDevice])?
+    /// `POST /api/v1/devices/{id}/setup`: a new token for a device added with `drivebus device`,
+    /// and its setup as JSON (`device`, `app`, `code`, `svg`, `scan`, `by_hand`). 404 while nil.
+    public var deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])?
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
         metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
-        maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil
+        maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil,
+        deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil
     ) {
         self.knownDevices = knownDevices
+        self.deviceSetup = deviceSetup
         self.maxConcurrentExports = maxConcurrentExports
         self.chunkBytes = chunkBytes
         self.bufferedChunks = bufferedChunks
@@ -51,6 +56,19 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
         return Response(
             status: .ok, headers: [.contentType: "application/json"],
             body: .init(byteBuffer: ByteBuffer(bytes: try await store.devicesJSON(known))))
+    }
+
+    if let deviceSetup = configuration.deviceSetup {
+        router.post("/api/v1/devices/:id/setup") { request, context in
+            await respond(context) {
+                // A header a plain form cannot send, and a cross-site script cannot without a
+                // preflight that nothing here answers: no other site can rotate a token.
+                guard request.headers.first(where: { $0.name.canonicalName == "x-drivebus-action" })?.value == "setup" else {
+                    throw StatsError(status: 403, code: "stats.forbidden", message: "send X-Drivebus-Action: setup", field: "X-Drivebus-Action")
+                }
+                return json(try await deviceSetup(try pathParameter("id", context)))
+            }
+        }
     }
 
     router.get("/api/v1/trips") { request, context in

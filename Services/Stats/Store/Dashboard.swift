@@ -200,6 +200,7 @@ enum Dashboard {
             devices: data.devices.isEmpty ? nil : .init(rows: data.devices.map { row in
                 PageView.DeviceRow(
                     name: row.device.id, origin: row.device.origin, app: row.device.app ?? "–",
+                    battery: row.stored?.battery.map { "\(Int(($0 * 100).rounded())) %" } ?? "–", canSetUp: row.device.origin == "added",
                     lastFix: row.stored.map { time(msDate($0.last)) } ?? "none yet",
                     position: row.stored.flatMap { stored in
                         stored.lat.flatMap { lat in stored.lon.map { Decimal64.text(lat, places: 5) + ", " + Decimal64.text($0, places: 5) } }
@@ -223,7 +224,12 @@ enum Dashboard {
             let scored: Bool
             let events: [Event]
         }
-        struct DeviceRow { let name, origin, app, lastFix, position: String }
+        struct DeviceRow {
+            let name, origin, app, battery: String
+            /// Added with `drivebus device`: the dashboard can make it a new setup code.
+            let canSetUp: Bool
+            let lastFix, position: String
+        }
         struct CandidateRow {
             let name, link, distance, average, lastSession: String
             let sessions, drives: Int

@@ -52,10 +52,35 @@ enum DashboardTemplate {
         {{^away}}<p class="note">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p>{{/away}}
         </section>
         <section id="devices"><h2>Devices</h2>
-        {{#devices}}<table class="devices"><thead><tr><th>Device</th><th>From</th><th>App</th><th>Last fix (UTC)</th><th>Where</th></tr></thead><tbody>
-        {{#rows}}<tr data-device="{{name}}"><td>{{name}}</td><td>{{origin}}</td><td>{{app}}</td><td>{{lastFix}}</td><td>{{position}}</td></tr>
+        {{#devices}}<table class="devices"><thead><tr><th>Device</th><th>From</th><th>App</th><th class="num">Battery</th><th>Last fix (UTC)</th><th>Where</th><th></th></tr></thead><tbody>
+        {{#rows}}<tr data-device="{{name}}"><td>{{name}}</td><td>{{origin}}</td><td>{{app}}</td><td class="num">{{battery}}</td><td>{{lastFix}}</td><td>{{position}}</td><td>{{#canSetUp}}<button type="button" data-setup="{{name}}">Set up phone</button>{{/canSetUp}}</td></tr>
         {{/rows}}
-        </tbody></table>{{/devices}}
+        </tbody></table>
+        <div id="setup" hidden="hidden"><h3 id="setup-title"></h3><p id="setup-scan"></p><img id="setup-code" alt="setup code" width="240" height="240"/><p><a id="setup-link"></a></p><pre id="setup-by-hand"></pre><p class="note">The token is in this code and nowhere else: drivebus keeps only a hash of it.</p></div>
+        <script>//<![CDATA[
+        document.querySelectorAll("button[data-setup]").forEach(function (button) {
+          button.addEventListener("click", function () {
+            var device = button.getAttribute("data-setup");
+            if (!window.confirm("A new setup code gives " + device + " a new token; the one on the phone stops working. Go on?")) return;
+            fetch("api/v1/devices/" + encodeURIComponent(device) + "/setup", {method: "POST", headers: {"X-Drivebus-Action": "setup"}})
+              .then(function (response) { return response.json(); })
+              .then(function (setup) {
+                var show = function (id, text) { document.getElementById(id).textContent = text; };
+                if (setup.error) { show("setup-title", setup.error.message); show("setup-scan", ""); show("setup-by-hand", ""); }
+                else {
+                  show("setup-title", "Set up " + setup.device + " (" + setup.app + ")");
+                  show("setup-scan", setup.scan);
+                  show("setup-by-hand", setup.by_hand);
+                  document.getElementById("setup-code").src = "data:image/svg+xml;charset=utf-8," + encodeURIComponent(setup.svg);
+                  var link = document.getElementById("setup-link");
+                  link.textContent = setup.code;
+                  link.href = setup.code;
+                }
+                document.getElementById("setup").hidden = false;
+              });
+          });
+        });
+        //]]></script>{{/devices}}
         {{^devices}}<p class="note">No device yet: <code>drivebus device add my-phone</code> adds the first and shows how to connect it.</p>{{/devices}}
         </section>
         <section id="school"><h2>Driving-school candidates</h2>

@@ -27,15 +27,16 @@ enum DeviceQueries {
         var lat: Double?
         var lon: Double?
         var accuracy: Double?
+        var battery: Double?
     }
 
     static func stored(_ db: Database) throws -> [String: Stored] {
         var found: [String: Stored] = [:]
-        for row in try Row.fetchAll(db, sql: "SELECT device, first_ms, last_ms FROM devices") {
+        for row in try Row.fetchAll(db, sql: "SELECT device, first_ms, last_ms, battery FROM devices") {
             let device: String = row[0], last: Int64 = row[2]
             let fix = try Row.fetchOne(
                 db, sql: "SELECT lat, lon, accuracy_m FROM fixes WHERE device = ? AND time_ms = ? LIMIT 1", arguments: [device, last])
-            found[device] = Stored(first: row[1], last: last, lat: fix?[0], lon: fix?[1], accuracy: fix?[2])
+            found[device] = Stored(first: row[1], last: last, lat: fix?[0], lon: fix?[1], accuracy: fix?[2], battery: row[3])
         }
         return found
     }
@@ -64,6 +65,7 @@ extension StatsStore {
             writer.beginObject()
             writer.key("added_at"); writer.optionalTime(ms: device.addedAt.map(milliseconds))
             writer.key("app"); writer.optional(device.app)
+            writer.key("battery"); writer.optional(stored?.battery)
             writer.key("device"); writer.string(device.id)
             writer.key("first_fix"); writer.optionalTime(ms: stored?.first)
             writer.key("last_fix"); writer.optionalTime(ms: stored?.last)

@@ -25,6 +25,7 @@ enum Projector {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
         var spans: [String: (first: Int64, last: Int64)] = [:]
+        var batteries: [String: (timeMs: Int64, level: Double)] = [:]
         for event in batch {
             // Heartbeats are state, not history: two a second from every service would drown the table.
             if event.type.hasPrefix("svc.") {
@@ -46,7 +47,7 @@ enum Projector {
             summary.inserted += 1
             do {
                 if event.type == "fix" {
-                    try projectFix(event, statement: insertFix, spans: &spans)
+                    try projectFix(event, statement: insertFix, spans: &spans, batteries: &batteries)
                 } else {
                     // In a savepoint, so that a payload that breaks a constraint loses only its
                     // own rows, not the batch (which the subscriber would retry for ever).
@@ -76,10 +77,22 @@ enum Projector {
                 try upsert.execute(arguments: [device, span.first, span.last])
             }
         }
+        if !batteries.isEmpty {
+            // The latest battery level wins, whatever order imports and live fixes arrive in.
+            let update = try db.cachedStatement(sql: """
+                UPDATE devices SET battery = ?, battery_ms = ? WHERE device = ? AND (battery_ms IS NULL OR battery_ms <= ?)
+                """)
+            for (device, reading) in batteries {
+                try update.execute(arguments: [reading.level, reading.timeMs, device, reading.timeMs])
+            }
+        }
         return summary
     }
 
-    private static func projectFix(_ event: StoredEvent, statement: RawInsert, spans: inout [String: (first: Int64, last: Int64)]) throws {
+    private static func projectFix(
+        _ event: StoredEvent, statement: RawInsert, spans: inout [String: (first: Int64, last: Int64)],
+        batteries: inout [String: (timeMs: Int64, level: Double)]
+    ) throws {
         let fix = try event.fix.map { try FixRow($0, fallbackDevice: event.device) } ?? FixRow(event.payload, fallbackDevice: event.device)
         _ = try statement.run { bind in
             bind.text(fix.device)
@@ -91,6 +104,9 @@ enum Projector {
             bind.real(fix.speedMps)
             bind.real(fix.courseDeg)
             bind.integer(fix.seq.map { Int64(truncatingIfNeeded: $0) })
+        }
+        if let level = fix.battery, fix.timeMs >= batteries[fix.device]?.timeMs ?? .min {
+            batteries[fix.device] = (fix.timeMs, level)
         }
         if let span = spans[fix.device] {
             spans[fix.device] = (min(span.first, fix.timeMs), max(span.last, fix.timeMs))
@@ -303,6 +319,8 @@ struct FixRow {
     var speedMps: Double?
     var courseDeg: Double?
     var seq: UInt64?
+    /// 0–1; not a column of `fixes`: only each device's latest is kept, in `devices`.
+    var battery: Double?
 
     init(device: String, timeMs: Int64, lat: Double, lon: Double, accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, seq: UInt64?) {
         self.device = device
@@ -349,5 +367,6 @@ struct FixRow {
         self.speedMps = speedMps
         self.courseDeg = courseDeg
         self.seq = seq
+        battery = fix.battery.flatMap { (0...1).contains($0) ? $0 : nil }
     }
 }

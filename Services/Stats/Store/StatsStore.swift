@@ -325,6 +325,11 @@ enum StatsSchema {
             // `drive.scored` explains its score (issue 15): the components as the scorer sent them.
             try db.execute(sql: "ALTER TABLE scores ADD COLUMN components TEXT NOT NULL DEFAULT '[]'")
         }
+        migrator.registerMigration("v5-device-battery") { db in
+            // The dashboard's devices show the battery of each device's latest fix that had one.
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN battery REAL")
+            try db.execute(sql: "ALTER TABLE devices ADD COLUMN battery_ms INTEGER")
+        }
         return migrator
     }
 }
