@@ -35,7 +35,7 @@ extension DrivebusConfig {
             throw ConfigError(path: section.keyPath("username"), reason: "is required with a password")
         }
         mqtt.topicPrefix = try topic(section, "topic_prefix", default: mqtt.topicPrefix)
-        mqtt.maxPayloadBytes = try section.int("max_payload_bytes", default: mqtt.maxPayloadBytes, in: 1024...(16 << 20))
+        mqtt.maxPayloadBytes = try section.int("max_payload_bytes", default: mqtt.maxPayloadBytes, in: 1024...(1 << 20))
         let ownTracks = try section.mapping("owntracks", allowed: ["base_topic", "devices"])
         mqtt.ownTracks.baseTopic = try topic(ownTracks, "base_topic", default: mqtt.ownTracks.baseTopic)
         if ownTracks.has("devices") {
@@ -91,7 +91,8 @@ extension DrivebusConfig {
             guard let data = FileManager.default.contents(atPath: file), let text = String(data: data, encoding: .utf8) else {
                 throw ConfigError(path: section.keyPath("password_file"), reason: "cannot read \(file)")
             }
-            return String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+            let line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? ""
+            return String(line.hasSuffix("\r") ? line.dropLast() : line)
         }
         if let name = try section.string("password_env") {
             guard let value = environment[name] else { throw ConfigError(path: section.keyPath("password_env"), reason: "the environment has no \(name)") }

@@ -33,8 +33,9 @@ public struct MQTTError: Error, Sendable, CustomStringConvertible {
 
 /// An MQTT v5 client on libmosquitto, with its own thread.
 ///
-/// Every libmosquitto call happens on that thread, which waits in `poll` on the broker's socket
-/// and on an eventfd that `publish` and `shutdown` signal, so nothing blocks the cooperative pool.
+/// Once set up, every libmosquitto call happens on that thread, which waits in `poll` on the
+/// broker's socket and on an eventfd that `publish` and `shutdown` signal, so nothing blocks the
+/// cooperative pool.
 /// The thread drives libmosquitto's loop by hand (read, hand over, write) so that a QoS 1 message
 /// is acknowledged only after `receive` has returned: libmosquitto queues each PUBACK while it
 /// reads, and the queue is written after the handler has made the messages durable. A crash in
@@ -76,11 +77,16 @@ public final class MQTTClient: Sendable {
         public var tls: TLS?
         /// Published by the broker when the connection drops without a DISCONNECT.
         public var will: MQTTMessage?
+        /// QoS 0 or 1: with QoS 2 libmosquitto acknowledges (PUBREC) before handing a message over.
         public var subscriptions: [Subscription] = []
         /// How many unacknowledged QoS 1 messages the broker may send at once.
         public var receiveMaximum = 1000
-        /// At most this many messages are handed to `receive` at once.
+        /// Reading stops once this many messages are waiting for `receive` (one read may take a
+        /// few more).
         public var maxBatch = 1000
+        /// The broker sends nothing larger (MQTT v5 maximum packet size); what it would is dropped
+        /// there, unseen.
+        public var maxPacketBytes = 16 << 20
         /// Messages waiting for a connection beyond this are dropped, oldest first.
         public var maxPendingPublishes = 10_000
         public var reconnectDelayS: ClosedRange<Double> = 0.1...10
@@ -96,11 +102,18 @@ public final class MQTTClient: Sendable {
         case connected(sessionPresent: Bool)
         /// The connection was refused or lost; the client tries again after a delay.
         case disconnected(reason: String)
+        /// The broker refused a subscription (its reason code, 0x80 or more), or granted less
+        /// than the QoS asked for.
+        case subscriptionRefused(filter: String, granted: Int32)
+        /// libmosquitto refused a message for good (a wildcard in its topic, too large, a QoS the
+        /// broker does not take); it is dropped and counted.
+        case publishRefused(topic: String, reason: String)
     }
 
     /// Called on the client's thread with the messages read in one go. Their acknowledgements
     /// are written after it returns `true`; `false` (when shutting down with messages that are
-    /// not yet durable) closes the connection without acknowledging them.
+    /// not yet durable) stops the client for good, closing the connection without acknowledging
+    /// them or publishing anything more.
     public typealias Receive = @Sendable ([MQTTMessage]) -> Bool
 
     private struct Shared {
@@ -125,6 +138,9 @@ public final class MQTTClient: Sendable {
     /// Starts the client's thread, which connects and stays connected until `shutdown`.
     public init(_ configuration: Configuration, onEvent: @escaping @Sendable (Event) -> Void = { _ in }, receive: @escaping Receive = { _ in true }) throws(MQTTError) {
         guard Self.libraryReady else { throw MQTTError("libmosquitto could not be initialised") }
+        guard configuration.subscriptions.allSatisfy({ (0...1).contains($0.qos) }) else {
+            throw MQTTError("subscriptions take QoS 0 or 1: with QoS 2 a message is acknowledged before it is stored")
+        }
         self.configuration = configuration
         self.receive = receive
         self.onEvent = onEvent
@@ -254,10 +270,20 @@ public final class MQTTClient: Sendable {
         waiters.forEach { $0() }
     }
 
+    /// Errors that the same message would meet again on any connection.
+    private static let permanent: Set<Int32> = [
+        MOSQ_ERR_INVAL, MOSQ_ERR_PAYLOAD_SIZE, MOSQ_ERR_MALFORMED_UTF8, MOSQ_ERR_QOS_NOT_SUPPORTED, MOSQ_ERR_OVERSIZE_PACKET,
+    ].reduce(into: []) { $0.insert($1.rawValue) }
+
     private func send(_ messages: [MQTTMessage], on connection: Connection) -> Int32 {
         for (index, message) in messages.enumerated() {
             let rc = message.payload.withUnsafeBytes { bytes in
                 mosquitto_publish(connection.handle, nil, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
+            }
+            if Self.permanent.contains(rc) {
+                shared.withLock { $0.dropped += 1 }
+                onEvent(.publishRefused(topic: message.topic, reason: String(cString: mosquitto_strerror(rc))))
+                continue
             }
             if rc != MOSQ_ERR_SUCCESS.rawValue {
                 // Kept for the next connection, in order.
@@ -270,9 +296,16 @@ public final class MQTTClient: Sendable {
         return MOSQ_ERR_SUCCESS.rawValue
     }
 
+    /// Sleeps for the backoff; a `shutdown` ends it early. (A `publish` wakes it too, so it is
+    /// drained each time: left signalled, it would turn every later wait into a busy loop.)
     private func waitForWake(timeoutS: Double) {
-        var fd = pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)
-        _ = poll(&fd, 1, Int32(timeoutS * 1000))
+        let deadline = ContinuousClock.now + .milliseconds(Int(timeoutS * 1000))
+        while !isStopping, ContinuousClock.now < deadline {
+            var fd = pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)
+            let left = ContinuousClock.now.duration(to: deadline)
+            _ = poll(&fd, 1, Int32(max(1, left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000)))
+            _ = drivebus_eventfd_drain(wakeFD)
+        }
     }
 
     private static func isReadable(_ socket: Int32) -> Bool {
@@ -287,8 +320,8 @@ public final class MQTTClient: Sendable {
     }
 }
 
-/// The libmosquitto handle and what its callbacks report; touched only by the client's thread.
-/// Handed to the thread once and used by it alone.
+/// The libmosquitto handle and what its callbacks report. Set up by `MQTTClient.init`, then handed
+/// to the client's thread, which alone uses it.
 private final class Connection: @unchecked Sendable {
     let handle: OpaquePointer
     private let configuration: MQTTClient.Configuration
@@ -338,6 +371,10 @@ private final class Connection: @unchecked Sendable {
         mosquitto_connect_with_flags_callback_set(handle) { _, context, rc, flags in
             Connection.from(context).didConnect(rc: rc, sessionPresent: flags & 1 != 0)
         }
+        mosquitto_subscribe_callback_set(handle) { _, context, mid, count, granted in
+            guard let granted else { return }
+            Connection.from(context).didSubscribe(mid: mid, granted: Array(UnsafeBufferPointer(start: granted, count: Int(count))))
+        }
         mosquitto_disconnect_callback_set(handle) { _, context, _ in
             Connection.from(context).isConnected = false
         }
@@ -361,10 +398,27 @@ private final class Connection: @unchecked Sendable {
         }
         failure = nil
         isConnected = true
+        pendingSubscriptions = [:]
         for subscription in configuration.subscriptions {
-            mosquitto_subscribe(handle, nil, subscription.filter, subscription.qos)
+            // Retained messages only for a subscription the session did not have yet: not again
+            // at every reconnect of a persistent session.
+            var mid: Int32 = 0
+            let rc = mosquitto_subscribe_v5(handle, &mid, subscription.filter, subscription.qos, Int32(MQTT_SUB_OPT_SEND_RETAIN_NEW.rawValue), nil)
+            if rc == MOSQ_ERR_SUCCESS.rawValue {
+                pendingSubscriptions[mid] = subscription
+            } else {
+                events.append(.subscriptionRefused(filter: subscription.filter, granted: 0x80))
+            }
         }
         events.append(.connected(sessionPresent: sessionPresent))
+    }
+
+    private var pendingSubscriptions: [Int32: MQTTClient.Configuration.Subscription] = [:]
+
+    private func didSubscribe(mid: Int32, granted: [Int32]) {
+        guard let subscription = pendingSubscriptions.removeValue(forKey: mid) else { return }
+        let code = granted.first ?? 0x80
+        if code >= 0x80 || code < subscription.qos { events.append(.subscriptionRefused(filter: subscription.filter, granted: code)) }
     }
 
     func takeEvents() -> [MQTTClient.Event] {
@@ -382,6 +436,7 @@ private final class Connection: @unchecked Sendable {
             var properties: OpaquePointer?
             if configuration.persistentSession { mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_SESSION_EXPIRY_INTERVAL.rawValue), UInt32.max) }
             mosquitto_property_add_int16(&properties, Int32(MQTT_PROP_RECEIVE_MAXIMUM.rawValue), UInt16(clamping: configuration.receiveMaximum))
+            mosquitto_property_add_int32(&properties, Int32(MQTT_PROP_MAXIMUM_PACKET_SIZE.rawValue), UInt32(clamping: configuration.maxPacketBytes))
             rc = mosquitto_connect_bind_v5(handle, configuration.host, Int32(configuration.port), Int32(configuration.keepAliveS), nil, properties)
             mosquitto_property_free_all(&properties)
         }
@@ -401,5 +456,12 @@ private final class Connection: @unchecked Sendable {
 
     func destroy() {
         mosquitto_destroy(handle)
+    }
+}
+
+extension MQTTClient.Configuration: CustomStringConvertible {
+    /// For logs: never the password.
+    public var description: String {
+        "mqtt://\(username.map { $0 + "@" } ?? "")\(host.contains(":") ? "[\(host)]" : host):\(port) client \(clientID)\(tls == nil ? "" : " tls")"
     }
 }

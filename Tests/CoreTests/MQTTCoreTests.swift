@@ -151,6 +151,14 @@ import Testing
         #expect(publications("fix.car", #"{"lon":16.37}"#).isEmpty)
     }
 
+    @Test func zoneIDsThatATopicCannotTakeAreSanitised() {
+        #expect(HomeAssistantBridge.topicLevel("work+1 #2/b") == "work_1__2_b")
+        #expect(HomeAssistantBridge.topicLevel("home-2_x") == "home-2_x")
+        let odd = HomeAssistantBridge(configuration: MQTTConfiguration(), zones: ["my home"])
+        #expect(odd.discovery([.init(id: "car")]).contains { $0.topic == "homeassistant/binary_sensor/drivebus_car/zone_my_home/config" })
+        #expect(odd.publications(busTopic: "geofence.enter.car", payload: Array(#"{"zone":"my home"}"#.utf8)).first?.topic == "drivebus/car/zone/my_home")
+    }
+
     @Test func aGroupOfEventsPublishesOnlyEachDevicesLastPosition() {
         let group: [(busTopic: String, payload: [UInt8])] = [
             ("fix.car", Array(#"{"lat":48.1,"lon":16.1}"#.utf8)),

@@ -174,6 +174,30 @@ import Testing
         try await harness.stop()
     }
 
+    @Test func withTheBrokerDownItWaitsWithoutSpinningAndComesBack() async throws {
+        let harness = try await Harness()
+        try await harness.broker.stop()
+        // A fix arrives: its state is queued for the broker, which wakes the client's backoff.
+        let url = "http://\(harness.config.ingest.listen)/owntracks"
+        #expect(try await http("POST", url, token: "phone-token-0123456789", body: Data(Self.location(1_700_000_001).utf8)).status == 200)
+        #expect(await eventually(within: .seconds(5)) { (try? await harness.mqttStatus())?["mqtt.connects"] == 1 })
+        // A measuring window, not a wait for something: the client must stay idle through it.
+        let cpuBefore = Self.cpuSeconds(harness.processes[.mqtt]!.pid)
+        try await Task.sleep(for: .seconds(2))
+        let spent = Self.cpuSeconds(harness.processes[.mqtt]!.pid) - cpuBefore
+        #expect(spent < 0.2, "drivebus-mqtt used \(spent) s of CPU in 2 s while the broker was down")
+        try await harness.broker.start()
+        let homeAssistant = try TestMQTT(harness.broker, id: "home-assistant", subscribe: ["drivebus/phone/location"])
+        #expect(await homeAssistant.message("drivebus/phone/location") != nil)
+        try await harness.stop()
+    }
+
+    static func cpuSeconds(_ pid: Int32) -> Double {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
+        let fields = stat[stat.index(after: close)...].split(separator: " ")
+        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
     @Test func nothingIsLostOrDoubledWhenAProcessOrTheBrokerDiesMidStream() async throws {
         var harness = try await Harness()
         let phone = try TestMQTT(harness.broker, id: "phone", persistent: true)

@@ -29,6 +29,13 @@ final class DeviceBook: Sendable {
     var list: [HomeAssistantBridge.Device] { current.withLock { $0 } }
     var ids: Set<String> { Set(list.map(\.id)) }
 
+    /// Rereads the registry at once, blocking: for the MQTT client's own thread, when a message
+    /// names a device not known yet (one `drivebus device add` made a moment ago).
+    func reloadBlocking() -> Set<String> {
+        if let entries = try? registry.load() { current.withLock { $0 = Self.devices(config, entries) } }
+        return ids
+    }
+
     /// Rereads the registry; true when the devices changed.
     func reload() async -> Bool {
         let loaded = await withCheckedContinuation { continuation in
@@ -83,6 +90,12 @@ struct BridgePublisher: Service {
                         refresh.all()
                     case .disconnected(let reason):
                         logger.warning("not connected: \(reason)")
+                    case .subscriptionRefused(let filter, let granted):
+                        counters.add("subscriptions_refused")
+                        logger.error("the broker refused the subscription to \(filter) (granted \(granted)): check its ACL for this user")
+                    case .publishRefused(let topic, let reason):
+                        counters.add("publishes_refused")
+                        logger.warning("not published to \(topic): \(reason)")
                     }
                 }
             }

@@ -19,17 +19,43 @@ struct OwnTracksInbound: Sendable {
     /// true first (the messages stay unacknowledged, and the broker delivers them again).
     func store(_ messages: [MQTTMessage], giveUpWhen stopping: @Sendable () -> Bool) -> Bool {
         counters.add("received", messages.count)
-        let known = devices.ids
+        var known = devices.ids
+        var reloaded = false
         var batch: [IngestRPCMessages.PublishOwnTracks.Message] = []
         for message in messages {
-            switch OwnTracksTopics.route(topic: message.topic, payload: message.payload, configuration: configuration, knownDevices: known) {
+            var routed = OwnTracksTopics.route(topic: message.topic, payload: message.payload, configuration: configuration, knownDevices: known)
+            if case .failure(let refusal) = routed, refusal.code == "mqtt.unknown_device", !reloaded {
+                // Perhaps added a moment ago: look once before refusing.
+                known = devices.reloadBlocking()
+                reloaded = true
+                routed = OwnTracksTopics.route(topic: message.topic, payload: message.payload, configuration: configuration, knownDevices: known)
+            }
+            switch routed {
             case .success(let routed):
                 batch.append(.init(device: routed.device, payload: routed.payload))
             case .failure(let refusal):
                 refuse(refusal.code, "\(message.topic): \(refusal)")
             }
         }
-        guard !batch.isEmpty else { return true }
+        // One RPC carries at most a few MB.
+        var chunk: [IngestRPCMessages.PublishOwnTracks.Message] = []
+        var bytes = 0
+        for message in batch {
+            if bytes + message.payload.utf8.count > Self.maxRequestBytes, !chunk.isEmpty {
+                guard journal(chunk, giveUpWhen: stopping) else { return false }
+                chunk = []
+                bytes = 0
+            }
+            chunk.append(message)
+            bytes += message.payload.utf8.count
+        }
+        return chunk.isEmpty || journal(chunk, giveUpWhen: stopping)
+    }
+
+    static let maxRequestBytes = 4 << 20
+
+    /// Sends one batch to ingest until it is journaled (or refused for good).
+    private func journal(_ batch: [IngestRPCMessages.PublishOwnTracks.Message], giveUpWhen stopping: @Sendable () -> Bool) -> Bool {
         var delay = Duration.milliseconds(50)
         while true {
             switch call(batch) {
@@ -38,7 +64,7 @@ struct OwnTracksInbound: Sendable {
                 counters.add("duplicates", stored.duplicates)
                 counters.add("ignored", stored.ignored)
                 for refusal in stored.refused {
-                    refuse(refusal.code, "\(batch[refusal.index].device): \(refusal.message)")
+                    refuse(refusal.code, "\(batch.indices.contains(refusal.index) ? batch[refusal.index].device : "?"): \(refusal.message)")
                 }
                 return true
             case .failure(let error as RPCErrorBody) where error.code == "rpc.bad_request":

@@ -123,8 +123,8 @@ public struct HomeAssistantBridge: Sendable {
             ]))
         }
         for zone in zones {
-            entities.append(Entity(component: "binary_sensor", objectID: "zone_\(zone)", config: [
-                "name": "In \(zone)", "state_topic": "\(state)/zone/\(zone)", "device_class": "presence",
+            entities.append(Entity(component: "binary_sensor", objectID: "zone_\(Self.topicLevel(zone))", config: [
+                "name": "In \(zone)", "state_topic": "\(state)/zone/\(Self.topicLevel(zone))", "device_class": "presence",
             ]))
         }
         return entities
@@ -169,7 +169,7 @@ public struct HomeAssistantBridge: Sendable {
             out.append(Publication("\(state)/last_score", Self.json(score), qos: 1, retain: true))
         case "geofence.enter", "geofence.exit":
             if let zone = fields["zone"] as? String {
-                out.append(Publication("\(state)/zone/\(zone)", type == "geofence.enter" ? "ON" : "OFF", qos: 1, retain: true))
+                out.append(Publication("\(state)/zone/\(Self.topicLevel(zone))", type == "geofence.enter" ? "ON" : "OFF", qos: 1, retain: true))
             }
         case "gate.fired", "gate.failed":
             var event: [String: Any] = ["event_type": type == "gate.fired" ? "fired" : "failed"]
@@ -229,6 +229,14 @@ public struct HomeAssistantBridge: Sendable {
         var today: [String: Any] = ["date": date, "distance_km": Self.rounded(distanceM / 1000, places: 2)]
         today["away_s"] = awayS.map { $0.rounded() }
         return Publication("\(prefix)/\(device)/today", Self.json(today), qos: 1, retain: true)
+    }
+
+    /// A zone id as a topic level and a Home Assistant object id: anything but letters, digits,
+    /// `-` and `_` (a `+`, `#`, `/` or space) becomes `_`.
+    public static func topicLevel(_ id: String) -> String {
+        String(id.unicodeScalars.map { scalar in
+            scalar.isASCII && (CharacterSet.alphanumerics.contains(scalar) || scalar == "-" || scalar == "_") ? Character(scalar) : "_"
+        })
     }
 
     // MARK: JSON
