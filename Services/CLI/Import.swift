@@ -63,63 +63,88 @@ struct Import: AsyncParsableCommand {
 
     /// Returns whether any file could not be read.
     ///
-    /// Each file is read twice, a point at a time, so that a file of any size takes bounded
-    /// memory: once to check all of it (a file with an error is not imported at all), then to send
-    /// it in batches.
+    /// Each file is read once, a point at a time, so that a file of any size takes bounded
+    /// memory. While ingest journals one batch the next is read, but a batch is sent only once
+    /// the one before it is settled, so fixes reach the journal in the file's order. A file with
+    /// an error stops where the error is: what came before it is imported and stays (importing
+    /// the mended file again adds only the rest).
     private func importAll(_ inputs: [TakeoutArchives.Input], bus: BusClient) async throws -> Bool {
         var failed = false
         for input in inputs {
             let (file, shown) = (input.path, input.name)
             let name = URL(fileURLWithPath: shown).lastPathComponent
-            let total: (points: Int, timed: Int, activities: Int)
+            var total = (points: 0, timed: 0, activities: 0)
+            var counts = Tally()
+            var reasons: [String] = []
+            let source: CountingByteSource
+            let reader: TrackFiles.Reader
             do {
-                total = try count(file)
+                (reader, source) = try open(file)
             } catch {
                 print("\(shown): \(error)")
                 failed = true
                 continue
             }
-            var counts = Tally()
-            var reasons: [String] = []
-            var sent = 0
-            let progress = Progress(total: total.timed, label: name)
-            func send(_ slice: [TrackPoint]) async throws {
+            let progress = Progress(totalBytes: source.size, label: name)
+            // The batch in flight: sent, its answer not yet counted.
+            var pending: (points: [TrackPoint], reply: Task<PublishReply, any Error>)?
+            func settle() async throws {
+                guard let (points, reply) = pending else { return }
+                pending = nil
                 try await deliver(
-                    slice, into: &counts, reasons: &reasons, field: "fixes",
+                    points, into: &counts, reasons: &reasons, field: "fixes", first: { try await reply.value },
                     retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.forbidden" },
-                    location: \.location) { try await publish($0, bus: bus) }
-                sent += slice.count
-                progress.advance(to: sent)
+                    location: \.location) { try await Self.publish($0, device: device, bus: bus) }
+            }
+            func send(_ points: [TrackPoint]) async throws {
+                try await settle()
+                pending = (points, Task { [device] in try await Self.publish(points, device: device, bus: bus) })
+                progress.advance(bytes: source.consumed, points: total.timed)
             }
             // A location history's activities go in as motion samples, in batches of their own.
             var motion = Tally()
             var activities: [TrackReader.Activity] = []
             func sendActivities() async throws {
-                try await deliver(
-                    activities, into: &motion, reasons: &reasons, field: "samples",
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishMotion($0, bus: bus) }
+                let batch = activities
                 activities.removeAll(keepingCapacity: true)
+                try await deliver(
+                    batch, into: &motion, reasons: &reasons, field: "samples", first: nil,
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishMotion($0, bus: bus) }
             }
-            let reader = try open(file)
             var batch: [TrackPoint] = []
             batch.reserveCapacity(max(1, self.batch))
-            while let item = try reader.nextItem() {
-                switch item {
-                case .point(let point):
-                    guard point.time != nil else { continue }
-                    batch.append(point)
-                    if batch.count >= max(1, self.batch) {
-                        try await send(batch)
-                        batch.removeAll(keepingCapacity: true)
+            var stoppedBy: TrackFileError?
+            do {
+                while let item = try reader.nextItem() {
+                    switch item {
+                    case .point(let point):
+                        total.points += 1
+                        guard point.time != nil else { continue }
+                        total.timed += 1
+                        batch.append(point)
+                        if batch.count >= max(1, self.batch) {
+                            try await send(batch)
+                            batch.removeAll(keepingCapacity: true)
+                        }
+                    case .activity(let activity):
+                        total.activities += 1
+                        activities.append(activity)
+                        if activities.count >= max(1, self.batch) { try await sendActivities() }
                     }
-                case .activity(let activity):
-                    activities.append(activity)
-                    if activities.count >= max(1, self.batch) { try await sendActivities() }
                 }
+            } catch let error as TrackFileError {
+                stoppedBy = error
             }
             if !batch.isEmpty { try await send(batch) }
+            try await settle()
             if !activities.isEmpty { try await sendActivities() }
             progress.finish()
+            if let stoppedBy {
+                print("\(shown): \(stoppedBy)")
+                print("  stopped there: \(total.points) points before it, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused; they stay")
+                failed = true
+                continue
+            }
             _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
             print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             if total.activities > 0 {
@@ -134,14 +159,15 @@ struct Import: AsyncParsableCommand {
         var accepted = 0, duplicates = 0, refused = 0
     }
 
-    /// Sends a batch; when one bad item refuses all of it (`retrySingly`), sends them singly to
-    /// keep the good ones, and keeps the first five reasons.
+    /// Sends a batch (or takes the answer of `first`, which sent it already); when one bad item
+    /// refuses all of it (`retrySingly`), sends them singly to keep the good ones, and keeps the
+    /// first five reasons.
     private func deliver<Item>(
-        _ items: [Item], into tally: inout Tally, reasons: inout [String], field: String, retrySingly: (RPCErrorBody) -> Bool,
-        location: (Item) -> String, publish: ([Item]) async throws -> PublishReply
+        _ items: [Item], into tally: inout Tally, reasons: inout [String], field: String, first: (() async throws -> PublishReply)?,
+        retrySingly: (RPCErrorBody) -> Bool, location: (Item) -> String, publish: ([Item]) async throws -> PublishReply
     ) async throws {
         do {
-            let reply = try await publish(items)
+            let reply = if let first { try await first() } else { try await publish(items) }
             tally.accepted += reply.accepted
             tally.duplicates += reply.duplicates
         } catch let error as RPCErrorBody where retrySingly(error) {
@@ -158,29 +184,14 @@ struct Import: AsyncParsableCommand {
         }
     }
 
-    private func open(_ file: String) throws(TrackFileError) -> TrackFiles.Reader {
+    private func open(_ file: String) throws(TrackFileError) -> (TrackFiles.Reader, CountingByteSource) {
         let format = try TrackFiles.format(ofFile: file)
         do {
-            return TrackFiles.Reader(format: format, source: try FileByteSource(path: file))
+            let source = CountingByteSource(try FileByteSource(path: file))
+            return (TrackFiles.Reader(format: format, source: source), source)
         } catch {
             throw TrackFileError(location: file, message: error.message)
         }
-    }
-
-    /// Reads the whole file once: its points, those with a time, and its activities.
-    private func count(_ file: String) throws(TrackFileError) -> (points: Int, timed: Int, activities: Int) {
-        let reader = try open(file)
-        var counts = (points: 0, timed: 0, activities: 0)
-        while let item = try reader.nextItem() {
-            switch item {
-            case .point(let point):
-                counts.points += 1
-                if point.time != nil { counts.timed += 1 }
-            case .activity:
-                counts.activities += 1
-            }
-        }
-        return counts
     }
 
     private func publishMotion(_ activities: [TrackReader.Activity], bus: BusClient) async throws -> PublishReply {
@@ -195,38 +206,48 @@ struct Import: AsyncParsableCommand {
         return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
-    private func publish(_ points: [TrackPoint], bus: BusClient) async throws -> PublishReply {
-        let body = JSONValue.object(["op": .string("publish"), "device": .string(device), "fixes": .array(points.map(\.nativeJSON))])
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.encoded, timeout: .seconds(30))
+    private static func publish(_ points: [TrackPoint], device: String, bus: BusClient) async throws -> PublishReply {
+        var body = JSONWriter(capacity: 64 + points.count * 120)
+        body.beginObject()
+        body.key("op"); body.string("publish")
+        body.key("device"); body.string(device)
+        body.key("fixes")
+        body.beginArray()
+        for point in points { point.writeNative(to: &body) }
+        body.endArray()
+        body.endObject()
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
         return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 }
 
 typealias PublishReply = IngestRPCMessages.Stored
 
-/// The second pass's progress: a bar with the points sent, their rate and the time left on a
-/// terminal; on anything else (a log, a pipe) a plain line every 10 s.
+/// An import's progress: a bar with the bytes read, the points sent, their rate and the time left
+/// on a terminal; on anything else (a log, a pipe) a plain line every 10 s.
 final class Progress {
-    let total: Int
+    let totalBytes: Int?
     let label: String
     private let terminal = isatty(STDERR_FILENO) == 1
     private let started = ContinuousClock.now
     private var lastLine = ContinuousClock.now
 
-    init(total: Int, label: String) {
-        self.total = total
+    init(totalBytes: Int?, label: String) {
+        self.totalBytes = totalBytes
         self.label = label
     }
 
-    func advance(to done: Int) {
-        guard total > 0 else { return }
+    func advance(bytes: Int, points: Int) {
+        guard let totalBytes, totalBytes > 0 else { return }
         let elapsed = started.duration(to: .now).inSeconds
-        let rate = elapsed > 0 ? Double(done) / elapsed : 0
-        let left = rate > 0 ? Int(Double(total - done) / rate) : nil
-        let figures = "\(done)/\(total) points, \(Int(rate))/s, \(left.map { "\($0 / 60)m\(String(format: "%02d", $0 % 60))s left" } ?? "…")"
+        let rate = elapsed > 0 ? Double(points) / elapsed : 0
+        let byteRate = elapsed > 0 ? Double(bytes) / elapsed : 0
+        let left = byteRate > 0 ? Int(Double(totalBytes - bytes) / byteRate) : nil
+        let figures = "\(bytes >> 20)/\(totalBytes >> 20) MB, \(points) points, \(Int(rate))/s, "
+            + "\(left.map { "\($0 / 60)m\(String(format: "%02d", $0 % 60))s left" } ?? "…")"
         if terminal {
             let width = 30
-            let filled = width * done / total
+            let filled = min(width, width * bytes / totalBytes)
             let bar = String(repeating: "#", count: filled) + String(repeating: " ", count: width - filled)
             FileHandle.standardError.write(Data("\r\(label) [\(bar)] \(figures)   ".utf8))
         } else if lastLine.duration(to: .now) >= .seconds(10) {
@@ -237,5 +258,20 @@ final class Progress {
 
     func finish() {
         if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
+/// A file read through it says how far it has got, for the progress bar.
+final class CountingByteSource: ByteSource {
+    private let source: FileByteSource
+    private(set) var consumed = 0
+    var size: Int? { source.size }
+
+    init(_ source: FileByteSource) { self.source = source }
+
+    func read(into buffer: UnsafeMutableRawBufferPointer) throws(ByteSourceError) -> Int {
+        let count = try source.read(into: buffer)
+        consumed += count
+        return count
     }
 }

@@ -242,11 +242,11 @@ struct RPCService: Service {
     }
 
     func dispatch(_ body: [UInt8]) async -> [UInt8] {
-        guard let head = try? BusJSON.decode(RPCRequestHead.self, from: body) else {
+        guard let op = RPCRequestHead.op(of: body) else {
             return RPC.encode(RPCReply<RPCEmpty>.failure(.badRequest("expected a JSON object with a string \"op\"")))
         }
-        guard let handler = handlers[head.op] else {
-            return RPC.encode(RPCReply<RPCEmpty>.failure(.unknownOp(head.op)))
+        guard let handler = handlers[op] else {
+            return RPC.encode(RPCReply<RPCEmpty>.failure(.unknownOp(op)))
         }
         return await handler(body)
     }

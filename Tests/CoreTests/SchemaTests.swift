@@ -109,6 +109,15 @@ import Testing
         #expect(tracker.observe(source: "trips", epoch: "t", seq: 11) == .inOrder)
     }
 
+    @Test func anRPCsOpIsReadFromTheHeadOrFromTheWholeBody() {
+        #expect(RPCRequestHead.op(of: Array(#"{"op":"publish","device":"car","fixes":[]}"#.utf8)) == "publish")
+        #expect(RPCRequestHead.op(of: Array(#"{"device":"car","op":"health"}"#.utf8)) == "health")
+        #expect(RPCRequestHead.op(of: Array(#"{"op":"a\"b"}"#.utf8)) == "a\"b")
+        #expect(RPCRequestHead.op(of: Array(#"{"op":"publish""#.utf8)) == "publish")
+        #expect(RPCRequestHead.op(of: Array(#"{"op":1}"#.utf8)) == nil)
+        #expect(RPCRequestHead.op(of: Array("[]".utf8)) == nil)
+    }
+
     @Test func rpcRepliesFlattenTheResult() throws {
         let ok = RPCReply.success(RPCRequestHead(op: "x"))
         #expect(String(decoding: try BusJSON.encode(ok), as: UTF8.self) == #"{"ok":true,"op":"x"}"#)

@@ -119,6 +119,20 @@ struct ReplayReply: Decodable {
         let invalid = try await run("drivebus", ["import", "--config", path, "--device", "no body", gpx])
         #expect(invalid.status != 0 && invalid.stderr.contains("--device"))
 
+        // A file with an error stops there; what came before it stays, and the mended file adds the rest.
+        let csvPath = dir.path + "/broken.csv"
+        let good = (0..<3).map { "2025-07-01T10:00:0\($0)Z,48.2,16.3\($0)" }
+        try (["time,lat,lon"] + good + ["2025-07-01T10:00:09Z,north,16.4", "2025-07-01T10:00:10Z,48.3,16.4"]).joined(separator: "\n")
+            .write(toFile: csvPath, atomically: true, encoding: .utf8)
+        let broken = try await run("drivebus", ["import", "--config", path, "--device", "car", "--batch", "2", csvPath])
+        #expect(broken.status == 1)
+        #expect(broken.stdout.hasPrefix("\(csvPath): line 5: "), "\(broken.stdout)")
+        #expect(broken.stdout.hasSuffix("  stopped there: 3 points before it, 3 imported, 0 already there, 0 refused; they stay\n"), "\(broken.stdout)")
+        try (["time,lat,lon"] + good + ["2025-07-01T10:00:09Z,48.25,16.4", "2025-07-01T10:00:10Z,48.3,16.4"]).joined(separator: "\n")
+            .write(toFile: csvPath, atomically: true, encoding: .utf8)
+        let mended = try await run("drivebus", ["import", "--config", path, "--device", "car", csvPath])
+        #expect(mended.stdout == "\(csvPath): 5 points, 2 imported, 3 already there, 0 refused, 0 without a time\n", "\(mended.stdout)")
+
         await client.shutdown()
         ingest.signal(SIGTERM)
         bus.signal(SIGTERM)

@@ -9,7 +9,6 @@ struct IngestRPC {
     let journal: Journal
 
     typealias ReplayRequest = IngestRPCMessages.Replay
-    typealias PublishRequest = IngestRPCMessages.Publish
     typealias PublishReply = IngestRPCMessages.Stored
     typealias ImportFinishedRequest = IngestRPCMessages.ImportFinished
     typealias CheckinRequest = IngestRPCMessages.Checkin
@@ -40,11 +39,8 @@ struct IngestRPC {
                 return out
             },
             "publish": { body in
-                guard let request = try? BusJSON.decode(PublishRequest.self, from: body) else {
-                    return Self.failure(.badRequest("publish needs device and fixes"))
-                }
                 do {
-                    let summary = try await handler.publishLocal(device: request.device, body: body)
+                    let summary = try await handler.publishLocal(body: body)
                     return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
                 } catch {
                     return Self.failure(Self.rpcError(error))

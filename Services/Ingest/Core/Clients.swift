@@ -239,7 +239,11 @@ struct ClientParsers: Sendable {
     // MARK: Native API
 
     func nativeFixes(_ body: [UInt8], device: String, source: FixSource = .api) throws -> [JournalRecord] {
-        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        try nativeFixes(root: try JSONFields.object(try JSONFields.parse(body), path: ""), device: device, source: source)
+    }
+
+    /// The fixes of a native batch whose body is parsed already.
+    func nativeFixes(root: JSONFields, device: String, source: FixSource = .api) throws -> [JournalRecord] {
         guard let fixes = try root.array("fixes") else { throw IngestError.invalid("fixes", "is required") }
         guard fixes.count <= IngestLimits.batchItems else {
             throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) fixes, got \(fixes.count)", field: "fixes")

@@ -233,10 +233,13 @@ public final class IngestHandler: Sendable {
     }
 
     /// The `publish` RPC: a native batch from a local tool (such as `drivebus import`) that names
-    /// its device. The ipc socket is reachable only by this machine's drivebus user.
-    public func publishLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+    /// its device. The ipc socket is reachable only by this machine's drivebus user. The body is
+    /// parsed once, for its device and its fixes.
+    public func publishLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let device = try root.string("device") else { throw IngestError.invalid("device", "is required") }
         guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
-        return summarize(try await store(try parsers.nativeFixes(body, device: device, source: .import)))
+        return summarize(try await store(try parsers.nativeFixes(root: root, device: device, source: .import)))
     }
 
     /// The `publish_motion` RPC: motion samples from a local tool (a location history's

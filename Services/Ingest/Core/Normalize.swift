@@ -1,6 +1,7 @@
 import DrivebusConfiguration
 import DrivebusJournal
 import DrivebusSchema
+import DrivebusTrackFormats
 import Foundation
 import Synchronization
 
@@ -141,19 +142,7 @@ struct Normalizer: Sendable {
         return value
     }
 
-    /// `trimmingCharacters(in: .whitespaces)` without Foundation's bridging for the usual case,
-    /// plain ASCII at both ends, which is most of the time spent on a timestamp otherwise.
-    static func trimmingWhitespace(_ text: String) -> String {
-        let utf8 = text.utf8
-        guard let first = utf8.first, let last = utf8.last else { return text }
-        guard first < 0x80, last < 0x80 else { return text.trimmingCharacters(in: .whitespaces) }
-        func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 }
-        guard isSpace(first) || isSpace(last) else { return text }
-        guard let start = utf8.firstIndex(where: { !isSpace($0) }), let end = utf8.lastIndex(where: { !isSpace($0) }) else { return "" }
-        // Unicode spaces behind the ASCII ones: Foundation knows them all.
-        guard utf8[start] < 0x80, utf8[end] < 0x80 else { return text.trimmingCharacters(in: .whitespaces) }
-        return String(text[start...end])
-    }
+    static func trimmingWhitespace(_ text: String) -> String { Whitespace.trimmed(text) }
 }
 
 /// Typed reads from a parsed JSON object, tolerant as the phone apps need (numbers that arrive

@@ -31,6 +31,20 @@ public struct TrackPoint: Sendable, Equatable {
     }
 
     /// The native API's fix object, which `publish` takes.
+    /// The same object as `nativeJSON`, written straight into `writer`: what `drivebus import`
+    /// sends, without building a dictionary per point.
+    public func writeNative(to writer: inout JSONWriter) {
+        writer.beginObject()
+        writer.key("lat"); writer.number(lat)
+        writer.key("lon"); writer.number(lon)
+        if let time { writer.key("time"); writer.date(time) }
+        if let altitudeM { writer.key("altitude_m"); writer.number(altitudeM) }
+        if let speedMps { writer.key("speed_mps"); writer.number(speedMps) }
+        if let courseDeg { writer.key("course_deg"); writer.number(courseDeg) }
+        if let accuracyM { writer.key("accuracy_m"); writer.number(accuracyM) }
+        writer.endObject()
+    }
+
     public var nativeJSON: JSONValue {
         var object: [String: JSONValue] = ["lat": .number(lat), "lon": .number(lon)]
         if let time { object["time"] = .string(RFC3339.format(time)) }
