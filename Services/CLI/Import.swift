@@ -73,7 +73,7 @@ struct Import: AsyncParsableCommand {
         for input in inputs {
             let (file, shown) = (input.path, input.name)
             let name = URL(fileURLWithPath: shown).lastPathComponent
-            var total = (points: 0, timed: 0, activities: 0)
+            var total = (points: 0, timed: 0, activities: 0, visits: 0)
             var counts = Tally()
             var reasons: [String] = []
             let source: CountingByteSource
@@ -111,6 +111,16 @@ struct Import: AsyncParsableCommand {
                     batch, into: &motion, reasons: &reasons, field: "samples", first: nil,
                     retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishMotion($0, bus: bus) }
             }
+            // And its visits, as visits.
+            var stays = Tally()
+            var visits: [TrackReader.Visit] = []
+            func sendVisits() async throws {
+                let batch = visits
+                visits.removeAll(keepingCapacity: true)
+                try await deliver(
+                    batch, into: &stays, reasons: &reasons, field: "visits", first: nil,
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishVisits($0, bus: bus) }
+            }
             var batch: [TrackPoint] = []
             batch.reserveCapacity(max(1, self.batch))
             var stoppedBy: TrackFileError?
@@ -130,6 +140,10 @@ struct Import: AsyncParsableCommand {
                         total.activities += 1
                         activities.append(activity)
                         if activities.count >= max(1, self.batch) { try await sendActivities() }
+                    case .visit(let visit):
+                        total.visits += 1
+                        visits.append(visit)
+                        if visits.count >= max(1, self.batch) { try await sendVisits() }
                     }
                 }
             } catch let error as TrackFileError {
@@ -138,6 +152,7 @@ struct Import: AsyncParsableCommand {
             if !batch.isEmpty { try await send(batch) }
             try await settle()
             if !activities.isEmpty { try await sendActivities() }
+            if !visits.isEmpty { try await sendVisits() }
             progress.finish()
             if let stoppedBy {
                 print("\(shown): \(stoppedBy)")
@@ -149,6 +164,9 @@ struct Import: AsyncParsableCommand {
             print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             if total.activities > 0 {
                 print("  \(total.activities) activities as motion samples: \(motion.accepted) imported, \(motion.duplicates) already there or unchanged, \(motion.refused) refused")
+            }
+            if total.visits > 0 {
+                print("  \(total.visits) visits: \(stays.accepted) imported, \(stays.duplicates) already there, \(stays.refused) refused")
             }
             for reason in reasons { print("  refused \(reason)") }
         }
@@ -192,6 +210,31 @@ struct Import: AsyncParsableCommand {
         } catch {
             throw TrackFileError(location: file, message: error.message)
         }
+    }
+
+    private func publishVisits(_ visits: [TrackReader.Visit], bus: BusClient) async throws -> PublishReply {
+        var body = JSONWriter(capacity: 64 + visits.count * 200)
+        body.beginObject()
+        body.key("op"); body.string("publish_visits")
+        body.key("device"); body.string(device)
+        body.key("visits")
+        body.beginArray()
+        for visit in visits {
+            body.beginObject()
+            body.key("start"); body.date(visit.start)
+            body.key("end"); body.date(visit.end)
+            body.key("lat"); body.number(visit.lat)
+            body.key("lon"); body.number(visit.lon)
+            if let name = visit.name { body.key("name"); body.string(name) }
+            if let address = visit.address { body.key("address"); body.string(address) }
+            if let placeID = visit.placeID { body.key("place_id"); body.string(placeID) }
+            if let semanticType = visit.semanticType { body.key("semantic_type"); body.string(semanticType) }
+            body.endObject()
+        }
+        body.endArray()
+        body.endObject()
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
+        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
     private func publishMotion(_ activities: [TrackReader.Activity], bus: BusClient) async throws -> PublishReply {

@@ -393,6 +393,7 @@ public struct JournalRecord: Sendable {
         case .importFinished(let finished): finished.device
         case .sessionStarted(let session): session.device
         case .sessionStopped(let session): session.device
+        case .visit(let visit): visit.device
         }
     }
 
@@ -406,6 +407,7 @@ public struct JournalRecord: Sendable {
         case .importFinished: "import.finished"
         case .sessionStarted: "session.started"
         case .sessionStopped: "session.stopped"
+        case .visit: "visit"
         }
     }
 
@@ -421,6 +423,7 @@ public struct JournalRecord: Sendable {
         case .importFinished(var finished): finished.device = device; return JournalRecord(.importFinished(finished))
         case .sessionStarted(var session): session.device = device; return JournalRecord(.sessionStarted(session))
         case .sessionStopped(var session): session.device = device; return JournalRecord(.sessionStopped(session))
+        case .visit(var visit): visit.device = device; return JournalRecord(.visit(visit))
         }
     }
 
@@ -448,6 +451,9 @@ public struct JournalRecord: Sendable {
             return Self.withSeq(try! BusJSON.encode(session), seq)
         case .sessionStopped(let session):
             return Self.withSeq(try! BusJSON.encode(session), seq)
+        case .visit(var visit):
+            visit.seq = seq
+            return try! BusJSON.encode(visit)
         }
     }
 
@@ -465,6 +471,7 @@ public struct JournalRecord: Sendable {
         case .fix(let fix): DedupKey(fix)
         case .motion(let sample): DedupKey(sample)
         case .transition(let transition): DedupKey(transition)
+        case .visit(let visit): DedupKey(visit)
         default: nil
         }
     }
@@ -519,6 +526,17 @@ struct DedupKey: Hashable, Sendable {
             a: (transition.event == "enter" ? 1 : 2) | (1 << 62), b: UInt64(bitPattern: Int64(region.finalize())))
     }
 
+    /// A stay: the same history imported twice is stored once.
+    init(_ visit: Visit) {
+        var place = Hasher()
+        place.combine(visit.placeID)
+        place.combine(visit.lat)
+        place.combine(visit.lon)
+        self.init(
+            device: visit.device, milliseconds: Int64((visit.start.timeIntervalSince1970 * 1000).rounded()),
+            a: UInt64(bitPattern: Int64(place.finalize())) | (1 << 61), b: UInt64(bitPattern: Int64((visit.end.timeIntervalSince1970 * 1000).rounded())))
+    }
+
     /// Rebuilds the key of a journaled record.
     init?(topic: String, payload: [UInt8]) {
         if topic.hasPrefix("fix."), let fix = try? BusJSON.decode(Fix.self, from: payload) {
@@ -527,6 +545,8 @@ struct DedupKey: Hashable, Sendable {
             self.init(sample)
         } else if topic.hasPrefix("client.transition."), let transition = try? BusJSON.decode(ClientTransition.self, from: payload) {
             self.init(transition)
+        } else if topic.hasPrefix("visit."), let visit = try? BusJSON.decode(Visit.self, from: payload) {
+            self.init(visit)
         } else {
             return nil
         }

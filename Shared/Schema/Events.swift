@@ -45,6 +45,45 @@ public struct TaxiCheckin: Codable, Sendable, Equatable {
     }
 }
 
+/// `visit.<device>`: a stay at a place, from an imported location history (Google's
+/// `placeVisit`, a Timeline `visit`): when, where, and the place's name where the history has one.
+public struct Visit: Codable, Sendable, Equatable {
+    public var seq: UInt64?
+    public var device: String
+    public var start: Date
+    public var end: Date
+    public var lat: Double
+    public var lon: Double
+    public var name: String?
+    public var address: String?
+    /// Google's place id.
+    public var placeID: String?
+    /// `HOME`, `WORK`, `INFERRED_HOME`… as the history says it.
+    public var semanticType: String?
+
+    public init(
+        seq: UInt64? = nil, device: String, start: Date, end: Date, lat: Double, lon: Double, name: String? = nil, address: String? = nil,
+        placeID: String? = nil, semanticType: String? = nil
+    ) {
+        self.seq = seq
+        self.device = device
+        self.start = start
+        self.end = end
+        self.lat = lat
+        self.lon = lon
+        self.name = name
+        self.address = address
+        self.placeID = placeID
+        self.semanticType = semanticType
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case seq, device, start, end, lat, lon, name, address
+        case placeID = "place_id"
+        case semanticType = "semantic_type"
+    }
+}
+
 /// `import.finished.<device>`: a bulk import of one file is complete, so consumers can close
 /// whatever is still open for the device.
 public struct ImportFinished: Codable, Sendable, Equatable {

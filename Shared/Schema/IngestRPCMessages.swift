@@ -34,6 +34,14 @@ public enum IngestRPCMessages {
         public init(device: String) { self.device = device }
     }
 
+    /// `publish_visits` (the head of it: the visits are read by ingest's visit parser) names the
+    /// device.
+    public struct PublishVisits: Codable, Sendable {
+        public var op = "publish_visits"
+        public var device: String
+        public init(device: String) { self.device = device }
+    }
+
     /// `import_finished`: a file's import is done, which ends its trips.
     public struct ImportFinished: Codable, Sendable {
         public var op = "import_finished"

@@ -35,6 +35,7 @@ public enum JournalPayload: Sendable {
     case importFinished(ImportFinished)
     case sessionStarted(SessionStarted)
     case sessionStopped(SessionStopped)
+    case visit(Visit)
 }
 
 extension JournalMessage {
@@ -49,6 +50,7 @@ extension JournalMessage {
         case "import.finished": (try? BusJSON.decode(ImportFinished.self, from: payload)).map(JournalPayload.importFinished)
         case "session.started": (try? BusJSON.decode(SessionStarted.self, from: payload)).map(JournalPayload.sessionStarted)
         case "session.stopped": (try? BusJSON.decode(SessionStopped.self, from: payload)).map(JournalPayload.sessionStopped)
+        case "visit": (try? BusJSON.decode(Visit.self, from: payload)).map(JournalPayload.visit)
         default: nil
         }
     }
@@ -57,7 +59,7 @@ extension JournalMessage {
 /// Every type ingest journals. A consumer subscribes to all of them, so the journal seqs it sees
 /// are contiguous and a gap is unmistakable.
 public enum JournalTopics {
-    public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped"]
+    public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped", "visit"]
     public static let prefixes = types.map { $0 + "." }
 }
 

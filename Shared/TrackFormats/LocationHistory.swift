@@ -109,8 +109,13 @@ final class LocationHistoryReader: FormatReader {
         return point
     }
 
-    /// A Semantic Location History object: the timed points of an activity segment's raw path.
+    /// A Semantic Location History object: the timed points of an activity segment's raw path,
+    /// or a place visit.
     static func semantic(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Event]) throws(TrackFormatError) {
+        if case .object(let visit)? = object["placeVisit"] {
+            if let visit = try placeVisit(visit, location + ".placeVisit") { points.append(.visit(visit)) }
+            return
+        }
         guard case .object(let segment)? = object["activitySegment"] else { return }
         // The segment's activity, from its start.
         if case .string(let type)? = segment["activityType"], let kind = activity(type),
@@ -132,8 +137,56 @@ final class LocationHistoryReader: FormatReader {
         }
     }
 
-    /// A Timeline export segment: its activity (from its start), its `timelinePath` points.
+    /// Takeout's `placeVisit`: `location` (E7 position, `name`, `address`, `placeId`,
+    /// `semanticType`) and `duration` (start and end, as timestamps or milliseconds). Without a
+    /// position or both times it is not a visit drivebus can keep, and is skipped.
+    static func placeVisit(_ visit: [String: JSONValue], _ location: String) throws(TrackFormatError) -> TrackReader.Visit? {
+        guard case .object(let place)? = visit["location"], case .object(let duration)? = visit["duration"],
+              let position = try e7(place, "latitudeE7", "longitudeE7", location + ".location") else { return nil }
+        let here = location + ".duration"
+        guard let start = try time(duration["startTimestamp"] ?? duration["startTimestampMs"], here),
+              let end = try time(duration["endTimestamp"] ?? duration["endTimestampMs"], here) else { return nil }
+        guard end >= start else { throw TrackFormatError(location: here, message: "ends before it starts") }
+        return TrackReader.Visit(
+            start: start, end: end, lat: position.lat, lon: position.lon, name: label(place["name"]), address: label(place["address"]),
+            placeID: label(place["placeId"]), semanticType: label(place["semanticType"]), location: location)
+    }
+
+    /// A Timeline export visit: `topCandidate` with `placeLocation` (`{"latLng": "48.1°, 11.5°"}` on
+    /// Android, `"geo:48.1,11.5"` on iPhones), `placeId` (or `placeID`) and `semanticType`, timed
+    /// by the segment. Only the top of the hierarchy (level 0): the levels below are the same
+    /// time at a place within it.
+    static func timelineVisit(_ object: [String: JSONValue], _ location: String) throws(TrackFormatError) -> TrackReader.Visit? {
+        guard case .object(let visit)? = object["visit"], case .object(let top)? = visit["topCandidate"] else { return nil }
+        let here = location + ".visit"
+        if let level = try number(visit["hierarchyLevel"], "hierarchyLevel", here), level != 0 { return nil }
+        let position: (lat: Double, lon: Double)
+        switch top["placeLocation"] {
+        case .object(let place)?:
+            guard case .string(let text)? = place["latLng"] else { return nil }
+            position = try degrees(text, "placeLocation.latLng", here + ".topCandidate")
+        case .string(let text)?:
+            position = try degrees(text, "placeLocation", here + ".topCandidate")
+        default:
+            return nil
+        }
+        guard let start = try time(object["startTime"], location), let end = try time(object["endTime"], location) else { return nil }
+        guard end >= start else { throw TrackFormatError(location: location, message: "endTime is before startTime") }
+        return TrackReader.Visit(
+            start: start, end: end, lat: position.lat, lon: position.lon, placeID: label(top["placeId"] ?? top["placeID"]),
+            semanticType: label(top["semanticType"]), location: here)
+    }
+
+    /// A short text of a history: trimmed, at most 200 characters; nil if absent or blank.
+    static func label(_ value: JSONValue?) -> String? {
+        guard case .string(let text)? = value else { return nil }
+        return Values.name(text)
+    }
+
+    /// A Timeline export segment: its activity (from its start), its `timelinePath` points, or
+    /// its visit.
     static func segment(_ object: [String: JSONValue], _ location: String, into points: inout [TrackReader.Event]) throws(TrackFormatError) {
+        if let visit = try timelineVisit(object, location) { points.append(.visit(visit)) }
         if case .object(let activity)? = object["activity"], case .object(let top)? = activity["topCandidate"],
            case .string(let type)? = top["type"], let kind = Self.activity(type),
            let start = try time(object["startTime"], location) {

@@ -191,10 +191,39 @@ public final class TrackReader {
         }
     }
 
+    /// A stay at a place (location histories' visits).
+    public struct Visit: Sendable, Equatable {
+        public var start: Date
+        public var end: Date
+        public var lat: Double
+        public var lon: Double
+        public var name: String?
+        public var address: String?
+        public var placeID: String?
+        public var semanticType: String?
+        public var location: String
+
+        public init(
+            start: Date, end: Date, lat: Double, lon: Double, name: String? = nil, address: String? = nil, placeID: String? = nil,
+            semanticType: String? = nil, location: String
+        ) {
+            self.start = start
+            self.end = end
+            self.lat = lat
+            self.lon = lon
+            self.name = name
+            self.address = address
+            self.placeID = placeID
+            self.semanticType = semanticType
+            self.location = location
+        }
+    }
+
     public enum Event: Sendable, Equatable {
         case point(Point)
         case track(Track)
         case activity(Activity)
+        case visit(Visit)
     }
 
     public let format: TrackFormat
@@ -248,7 +277,7 @@ public final class TrackReader {
             switch event {
             case .point(let point): points.append(point)
             case .track(let track): tracks.append(track)
-            case .activity: break
+            case .activity, .visit: break
             }
         }
         return (points, tracks)

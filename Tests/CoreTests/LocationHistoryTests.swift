@@ -1,4 +1,5 @@
 import DrivebusSchema
+import DrivebusTestSupport
 import DrivebusTrackFormats
 import Foundation
 import Testing
@@ -147,6 +148,53 @@ import Testing
         ])
         // A JSON array that is not a timeline is nothing drivebus reads.
         #expect(TrackFormat(sniffing: Array("[1, 2, 3]".utf8)) == nil)
+    }
+
+    func visits(_ text: String) throws -> [TrackReader.Visit] {
+        let reader = TrackReader(format: try #require(TrackFormat(sniffing: Array(text.utf8))), bytes: Array(text.utf8))
+        var out: [TrackReader.Visit] = []
+        while let event = try reader.next() { if case .visit(let visit) = event { out.append(visit) } }
+        return out
+    }
+
+    @Test func visitsOfTheSemanticHistoryAndOfBothTimelineExports() throws {
+        let semantic = """
+            {"timelineObjects": [
+              {"placeVisit": {"location": {"latitudeE7": 482084900, "longitudeE7": 163730800, "placeId": "ChIJplace1", "address": "Platz 1, 1010 Wien",
+                 "name": "  Café Central ", "semanticType": "TYPE_SEARCHED_ADDRESS", "locationConfidence": 71.5},
+               "duration": {"startTimestamp": "2019-05-01T10:00:00Z", "endTimestamp": "2019-05-01T11:30:00.250Z"}, "placeConfidence": "HIGH_CONFIDENCE"}},
+              {"placeVisit": {"location": {"latitudeE7": 482000000, "longitudeE7": 163000000}, "duration": {"startTimestampMs": "1556712000000", "endTimestampMs": "1556715600000"}}},
+              {"placeVisit": {"location": {"placeId": "no position"}, "duration": {"startTimestamp": "2019-05-01T14:00:00Z", "endTimestamp": "2019-05-01T15:00:00Z"}}}
+            ]}
+            """
+        #expect(try visits(semantic) == [
+            TrackReader.Visit(
+                start: date("2019-05-01T10:00:00Z"), end: date("2019-05-01T11:30:00.250Z"), lat: 48.20849, lon: 16.37308, name: "Café Central",
+                address: "Platz 1, 1010 Wien", placeID: "ChIJplace1", semanticType: "TYPE_SEARCHED_ADDRESS", location: "timelineObjects[0].placeVisit"),
+            TrackReader.Visit(start: date("2019-05-01T12:00:00Z"), end: date("2019-05-01T13:00:00Z"), lat: 48.2, lon: 16.3, location: "timelineObjects[1].placeVisit"),
+        ])
+        let android = """
+            {"semanticSegments": [
+              {"startTime": "2024-03-01T08:00:00.000+01:00", "endTime": "2024-03-01T17:00:00.000+01:00",
+               "visit": {"hierarchyLevel": 0, "probability": 0.9, "topCandidate": {"placeId": "ChIJwork", "semanticType": "WORK", "probability": 0.8,
+                 "placeLocation": {"latLng": "48.1234567°, 11.1234567°"}}}},
+              {"startTime": "2024-03-01T09:00:00.000+01:00", "endTime": "2024-03-01T10:00:00.000+01:00",
+               "visit": {"hierarchyLevel": 1, "topCandidate": {"placeId": "ChIJroom", "placeLocation": {"latLng": "48.1234°, 11.1234°"}}}}
+            ]}
+            """
+        #expect(try visits(android) == [TrackReader.Visit(
+            start: date("2024-03-01T07:00:00Z"), end: date("2024-03-01T16:00:00Z"), lat: 48.1234567, lon: 11.1234567, placeID: "ChIJwork",
+            semanticType: "WORK", location: "semanticSegments[0].visit")])
+        let iPhone = """
+            [{"startTime": "2024-03-02T18:00:00.000Z", "endTime": "2024-03-03T07:00:00.000Z",
+              "visit": {"hierarchyLevel": "0", "probability": "0.95", "topCandidate": {"placeID": "ChIJhome", "semanticType": "Home", "probability": "0.9",
+                "placeLocation": "geo:48.2,16.37"}}}]
+            """
+        #expect(try visits(iPhone) == [TrackReader.Visit(
+            start: date("2024-03-02T18:00:00Z"), end: date("2024-03-03T07:00:00Z"), lat: 48.2, lon: 16.37, placeID: "ChIJhome", semanticType: "Home",
+            location: "timeline[0].visit")])
+        let backwards = #"{"timelineObjects": [{"placeVisit": {"location": {"latitudeE7": 482000000, "longitudeE7": 163000000}, "duration": {"startTimestamp": "2019-05-01T12:00:00Z", "endTimestamp": "2019-05-01T11:00:00Z"}}}]}"#
+        #expect(throws: TrackFormatError(location: "timelineObjects[0].placeVisit.duration", message: "ends before it starts")) { try visits(backwards) }
     }
 
     @Test func ownTracksRecorderLines() throws {

@@ -153,6 +153,43 @@ import ZIPFoundation
         for child in processes { #expect(try await child.exitStatus() == 0) }
     }
 
+    @Test func aHistorysVisitsAreImportedOnceAndListedByStats() async throws {
+        let dir = TempDir()
+        let (port, statsPort) = (freePort(), freePort())
+        let path = dir.file("drivebus.yaml", """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            ingest: {listen: "127.0.0.1:\(port)"}
+            stats: {listen: "127.0.0.1:\(statsPort)"}
+            """)
+        let config = try DrivebusConfig.parse(yaml: try String(contentsOfFile: path, encoding: .utf8))
+        let processes = try [ServiceName.bus, .ingest, .stats].map { try Child($0.executable, ["--config", path]) }
+        try await waitUntilLive(.stats, config: config)
+        let history = dir.file("2019_MAY.json", """
+            {"timelineObjects": [
+              {"activitySegment": {"activityType": "IN_PASSENGER_VEHICLE", "duration": {"startTimestamp": "2019-05-01T09:30:00Z", "endTimestamp": "2019-05-01T10:00:00Z"},
+                "simplifiedRawPath": {"points": [{"latE7": 481000000, "lngE7": 163000000, "timestamp": "2019-05-01T09:30:00Z"}]}}},
+              {"placeVisit": {"location": {"latitudeE7": 482084900, "longitudeE7": 163730800, "placeId": "ChIJplace1", "name": "Café Central",
+                 "address": "Herrengasse 14, 1010 Wien", "semanticType": "TYPE_SEARCHED_ADDRESS"},
+               "duration": {"startTimestamp": "2019-05-01T10:00:00Z", "endTimestamp": "2019-05-01T11:30:00Z"}}}
+            ]}
+            """)
+        let imported = try await run("drivebus", ["import", "--device", "jan", history, "--config", path])
+        #expect(imported.stdout.hasSuffix("""
+            \(history): 1 points, 1 imported, 0 already there, 0 refused, 0 without a time
+              1 activities as motion samples: 1 imported, 0 already there or unchanged, 0 refused
+              1 visits: 1 imported, 0 already there, 0 refused
+
+            """), "\(imported.stdout)\(imported.stderr)")
+        let again = try await run("drivebus", ["import", "--device", "jan", history, "--config", path])
+        #expect(again.stdout.hasSuffix("  1 visits: 0 imported, 1 already there, 0 refused\n"), "\(again.stdout)")
+        let url = "http://127.0.0.1:\(statsPort)/api/v1/visits?device=jan"
+        let expected = #"{"visits":[{"address":"Herrengasse 14, 1010 Wien","device":"jan","duration_s":5400,"end":"2019-05-01T11:30:00.000Z","lat":48.20849,"lon":16.37308,"name":"Café Central","place_id":"ChIJplace1","semantic_type":"TYPE_SEARCHED_ADDRESS","start":"2019-05-01T10:00:00.000Z"}]}"#
+        #expect(await eventually(within: .seconds(10)) { (try? await http("GET", url))?.body == expected })
+        for child in processes { child.signal(SIGTERM) }
+        for child in processes { #expect(try await child.exitStatus() == 0) }
+    }
+
     /// The token in Overland's setup link.
     static func token(in text: String) -> String? {
         guard let range = text.range(of: "&token=") else { return nil }

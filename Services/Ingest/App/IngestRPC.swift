@@ -65,6 +65,17 @@ struct IngestRPC {
                     throw Self.rpcError(error)
                 }
             },
+            "publish_visits": { body in
+                guard let request = try? BusJSON.decode(IngestRPCMessages.PublishVisits.self, from: body) else {
+                    return Self.failure(.badRequest("publish_visits needs device and visits"))
+                }
+                do {
+                    let summary = try await handler.publishVisitsLocal(device: request.device, body: body)
+                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
+                } catch {
+                    return Self.failure(Self.rpcError(error))
+                }
+            },
             "checkin": RPC.handler(CheckinRequest.self) { (request: CheckinRequest) throws(RPCErrorBody) -> PublishReply in
                 do {
                     let seq = try await handler.checkinLocal(device: request.device, time: request.time)

@@ -290,6 +290,31 @@ struct ClientParsers: Sendable {
         return records
     }
 
+    /// `publish_visits`: stays at places from an imported history.
+    func visits(_ body: [UInt8], device: String) throws -> [JournalRecord] {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let visits = try root.array("visits") else { throw IngestError.invalid("visits", "is required") }
+        guard visits.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) visits, got \(visits.count)", field: "visits")
+        }
+        return try visits.enumerated().map { index, item in
+            let fields = try JSONFields.object(item, path: "visits[\(index)]")
+            guard let start = try fields.time("start") else { throw IngestError.invalid(fields.name("start"), "is required") }
+            guard let end = try fields.time("end") else { throw IngestError.invalid(fields.name("end"), "is required") }
+            try normalizer.checkTime(start.value, field: start.field)
+            try normalizer.checkTime(end.value, field: end.field)
+            guard end.value >= start.value else { throw IngestError.invalid(end.field, "is before start") }
+            let lat = try fields.requiredDouble("lat"), lon = try fields.requiredDouble("lon")
+            guard lat.value.isFinite, lon.value.isFinite, (-90...90).contains(lat.value), (-180...180).contains(lon.value) else {
+                throw IngestError.invalid(fields.name("lat"), "lat and lon must be a position on Earth")
+            }
+            return JournalRecord(.visit(Visit(
+                device: device, start: Normalizer.milliseconds(start.value), end: Normalizer.milliseconds(end.value), lat: lat.value, lon: lon.value,
+                name: try fields.string("name", limit: 1024), address: try fields.string("address", limit: 1024), placeID: try fields.string("place_id"),
+                semanticType: try fields.string("semantic_type"))))
+        }
+    }
+
     func sessionStart(_ body: [UInt8], device: String) throws -> [JournalRecord] {
         let root = try JSONFields.object(try JSONFields.parse(body), path: "")
         guard let candidate = try root.string("candidate"), !candidate.isEmpty, candidate.count <= 200 else {

@@ -277,6 +277,12 @@ public final class IngestHandler: Sendable {
         return .init(accepted: summary.accepted, duplicates: summary.duplicates, ignored: ignored, refused: refused, lastSeq: summary.lastSeq)
     }
 
+    /// The `publish_visits` RPC: a location history's visits, from `drivebus import`.
+    public func publishVisitsLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
+        return summarize(try await store(try parsers.visits(body, device: device)))
+    }
+
     /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.
     public func checkinLocal(device: String, time: Date?) async throws(IngestError) -> UInt64 {
         guard isKnownLocally(device) else { throw .invalid("device", "unknown device \"\(device)\"") }

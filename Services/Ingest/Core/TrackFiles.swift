@@ -128,6 +128,7 @@ public enum TrackFiles {
         public enum Item: Sendable {
             case point(TrackPoint)
             case activity(TrackReader.Activity)
+            case visit(TrackReader.Visit)
         }
 
         /// The next point or activity (a location history's), or `nil` at the end of the file.
@@ -140,6 +141,7 @@ public enum TrackFiles {
                             time: point.time, lat: point.lat, lon: point.lon, altitudeM: point.elevationM, speedMps: point.speedMps,
                             courseDeg: point.courseDeg, accuracyM: point.accuracyM, location: point.location))
                     case .activity(let activity): return .activity(activity)
+                    case .visit(let visit): return .visit(visit)
                     case .track: continue
                     }
                 }

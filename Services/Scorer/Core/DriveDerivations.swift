@@ -49,7 +49,7 @@ public struct DriveDerivations: Codable, Sendable {
         case .fix(let fix): scored += scorer.handle(.fix(fix))
         case .sessionStarted(let session): scored += scorer.handle(.sessionStarted(session))
         case .sessionStopped(let session): scored += scorer.handle(.sessionStopped(session))
-        case .motion, .importFinished, .transition, .checkin: break
+        case .motion, .importFinished, .transition, .checkin, .visit: break
         }
         let tripsInput = TripsInput(payload)
         guard let tripsInput else { return ([], scored.compactMap(\.derived)) }

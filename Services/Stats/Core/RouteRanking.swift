@@ -106,7 +106,7 @@ public struct RouteRanking: Sendable, Equatable {
                     routes.append(RouteInput(name: track.name ?? "route \(track.index + 1)", points: points))
                     points = []
                     guard routes.count <= maxRoutes else { throw invalidBody("at most \(maxRoutes) routes at once") }
-                case .activity:
+                case .activity, .visit:
                     continue
                 }
             }

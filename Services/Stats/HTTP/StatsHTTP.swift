@@ -71,6 +71,9 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
         }
     }
 
+    router.get("/api/v1/visits") { request, context in
+        await respond(context) { json(try await store.visitsJSON(try query(request))) }
+    }
     router.get("/api/v1/trips") { request, context in
         await respond(context) { json(try await store.tripsJSON(try query(request))) }
     }

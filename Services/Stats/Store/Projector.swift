@@ -117,6 +117,19 @@ enum Projector {
 
     private static func project(_ event: StoredEvent, in db: Database) throws {
         switch event.type {
+        case "visit":
+            let p = try payload(event)
+            guard let start = p.date("start"), let end = p.date("end"), let lat = p.double("lat"), let lon = p.double("lon"),
+                  Coordinate.isValid(lat: lat, lon: lon), end >= start else {
+                throw Rejection(field: "visit", reason: "needs start, end (not before start), lat and lon")
+            }
+            try db.execute(sql: """
+                INSERT OR IGNORE INTO visits (device, start_ms, end_ms, lat, lon, name, address, place_id, semantic_type, seq)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [
+                    try p.device(event), milliseconds(start), milliseconds(end), lat, lon, p.string("name"), p.string("address"),
+                    p.string("place_id"), p.string("semantic_type"), p.int("seq"),
+                ])
         case "trip.ended":
             try projectTrip(try payload(event), event: event, in: db)
         case "drive.scored":

@@ -330,6 +330,24 @@ enum StatsSchema {
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN battery REAL")
             try db.execute(sql: "ALTER TABLE devices ADD COLUMN battery_ms INTEGER")
         }
+        migrator.registerMigration("v6-visits") { db in
+            // Stays at places from imported location histories (`visit` on the bus).
+            try db.execute(sql: """
+                CREATE TABLE visits (
+                    device TEXT NOT NULL,
+                    start_ms INTEGER NOT NULL,
+                    end_ms INTEGER NOT NULL,
+                    lat REAL NOT NULL,
+                    lon REAL NOT NULL,
+                    name TEXT,
+                    address TEXT,
+                    place_id TEXT,
+                    semantic_type TEXT,
+                    seq INTEGER,
+                    PRIMARY KEY (device, start_ms, lat, lon)
+                ) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

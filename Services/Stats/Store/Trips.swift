@@ -235,3 +235,39 @@ enum TripQueries {
         return points
     }
 }
+
+extension StatsStore {
+    /// `GET /api/v1/visits`: stays at places (from imported histories) that began in the range,
+    /// oldest first, at most 10,000.
+    public func visitsJSON(_ query: StatsQuery) async throws -> [UInt8] {
+        try await pool.read { db in
+            let rows = try Row.fetchCursor(db, sql: """
+                SELECT device, start_ms, end_ms, lat, lon, name, address, place_id, semantic_type FROM visits
+                WHERE start_ms >= ? AND start_ms < ? AND (?3 IS NULL OR device = ?3)
+                ORDER BY start_ms, device LIMIT 10000
+                """, arguments: [query.fromMs, query.toMs, query.device])
+            var writer = JSONWriter(capacity: 4096)
+            writer.beginObject()
+            writer.key("visits")
+            writer.beginArray()
+            while let row = try rows.next() {
+                let start: Int64 = row[1], end: Int64 = row[2]
+                writer.beginObject()
+                writer.key("address"); writer.optional(row[6] as String?)
+                writer.key("device"); writer.string(row[0])
+                writer.key("duration_s"); writer.number(Double(end - start) / 1000)
+                writer.key("end"); writer.optionalTime(ms: end)
+                writer.key("lat"); writer.number(row[3] as Double)
+                writer.key("lon"); writer.number(row[4] as Double)
+                writer.key("name"); writer.optional(row[5] as String?)
+                writer.key("place_id"); writer.optional(row[7] as String?)
+                writer.key("semantic_type"); writer.optional(row[8] as String?)
+                writer.key("start"); writer.optionalTime(ms: start)
+                writer.endObject()
+            }
+            writer.endArray()
+            writer.endObject()
+            return writer.bytes
+        }
+    }
+}

@@ -10,7 +10,7 @@ extension TripsInput {
         case .fix(let fix): self = .fix(fix)
         case .motion(let sample): self = .motion(sample)
         case .importFinished(let finished): self = .importFinished(finished)
-        case .transition, .checkin, .sessionStarted, .sessionStopped: return nil
+        case .transition, .checkin, .sessionStarted, .sessionStopped, .visit: return nil
         }
     }
 }
