@@ -120,7 +120,7 @@ let package = Package(
         .executableTarget(
             name: "drivebus",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode",
+                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
             ],
             path: "Services/CLI"

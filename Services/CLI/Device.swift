@@ -4,6 +4,7 @@ import DrivebusKit
 import DrivebusQRCode
 import DrivebusSchema
 import Foundation
+import MQTTCore
 
 /// `drivebus device add|list|remove|rotate-token`: the phones that may send, kept in the state
 /// directory's registry (`DeviceRegistry`), never in the user's config file. The running ingest
@@ -39,6 +40,7 @@ struct DeviceCommand: ParsableCommand {
             try saveEntries(entries, registry)
             print("Added device \"\(name)\". The running system accepts it within a second.\n")
             print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config)).instructions(for: app, warnLoopback: url == nil && config.ingest.listen.isLoopback))
+            if app == .owntracks, let mqtt = config.mqtt { print(mqttSteps(mqtt, device: name)) }
         }
     }
 
@@ -104,6 +106,16 @@ struct DeviceCommand: ParsableCommand {
                 .instructions(for: chosen, warnLoopback: url == nil && config.ingest.listen.isLoopback))
         }
     }
+}
+
+/// OwnTracks' default mode, when drivebus reads a broker: what to enter instead of HTTP.
+private func mqttSteps(_ mqtt: MQTTConfiguration, device: String) -> String {
+    let mapped = mqtt.ownTracks.devices.first { $0.value == device }?.key
+    let topic = mapped.map { "\(mqtt.ownTracks.baseTopic)/\($0)" } ?? "\(mqtt.ownTracks.baseTopic)/<user>/\(device)"
+    return """
+        Or in MQTT mode (drivebus reads \(mqtt.host):\(mqtt.port)): Mode MQTT, Host \(mqtt.host), Port \(mqtt.port)\(mqtt.tls == nil ? "" : ", TLS on"),
+        the phone's own broker user and password, and the UserID and DeviceID that make its topic \(topic)\(mapped == nil ? " (DeviceID \(device))" : "").
+        """
 }
 
 private func loadEntries(_ registry: DeviceRegistry) throws -> [DeviceRegistry.Entry] {

@@ -152,6 +152,10 @@ import Testing
         // A device added with `drivebus device add` gets its entities; removed, they go.
         let added = try await run("drivebus", ["device", "add", "tablet", "--app", "owntracks", "--config", harness.path])
         #expect(added.status == 0, "\(added.stderr)")
+        // With a broker configured, the setup says what to enter in OwnTracks' MQTT mode too.
+        let port = harness.broker.port
+        #expect(added.stdout.contains("Or in MQTT mode (drivebus reads 127.0.0.1:\(port)): Mode MQTT, Host 127.0.0.1, Port \(port),\n"), "\(added.stdout)")
+        #expect(added.stdout.contains("make its topic owntracks/<user>/tablet (DeviceID tablet)."))
         #expect(await homeAssistant.message("homeassistant/device_tracker/drivebus_tablet/location/config") { !$0.payload.isEmpty } != nil)
         let removed = try await run("drivebus", ["device", "remove", "tablet", "--config", harness.path])
         #expect(removed.status == 0, "\(removed.stderr)")
