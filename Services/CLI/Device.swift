@@ -30,16 +30,16 @@ struct DeviceCommand: ParsableCommand {
         func run() throws {
             let config = try loadConfig(options)
             guard DeviceID.isValid(name) else { throw ValidationError("the name must match [A-Za-z0-9_-]{1,64}") }
-            let registry = DeviceRegistry(layout: config.layout)
-            var entries = try loadEntries(registry)
-            guard !config.devices(with: entries).contains(where: { $0.id == name }) else {
-                throw ValidationError("device \"\(name)\" exists; `drivebus device rotate-token \(name)` gives it a new token and shows the setup again")
+            let token = try updateEntries(DeviceRegistry(layout: config.layout)) { entries -> Result<String, ValidationError> in
+                guard !config.devices(with: entries).contains(where: { $0.id == name }) else {
+                    return .failure(ValidationError("device \"\(name)\" exists; `drivebus device rotate-token \(name)` gives it a new token and shows the setup again"))
+                }
+                let token = DeviceRegistry.newToken()
+                entries.append(DeviceRegistry.Entry(id: name, tokenSHA256: TokenDigest.hex(token), app: app.rawValue, addedAt: Date()))
+                return .success(token)
             }
-            let token = DeviceRegistry.newToken()
-            entries.append(DeviceRegistry.Entry(id: name, tokenSHA256: TokenDigest.hex(token), app: app.rawValue, addedAt: Date()))
-            try saveEntries(entries, registry)
             print("Added device \"\(name)\". The running system accepts it within a second.\n")
-            print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config)).instructions(for: app, warnLoopback: url == nil && config.ingest.listen.isLoopback))
+            print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config)).instructions(for: app, warnLoopback: url == nil && config.ingest.publicURL == nil && config.ingest.listen.isLoopback))
             if app == .owntracks, let mqtt = config.mqtt { print(mqttSteps(mqtt, device: name)) }
         }
     }
@@ -73,11 +73,11 @@ struct DeviceCommand: ParsableCommand {
 
         func run() throws {
             let config = try loadConfig(options)
-            let registry = DeviceRegistry(layout: config.layout)
-            var entries = try loadEntries(registry)
-            try requireAdded(name, config, entries)
-            entries.removeAll { $0.id == name }
-            try saveEntries(entries, registry)
+            try updateEntries(DeviceRegistry(layout: config.layout)) { entries -> Result<Void, ValidationError> in
+                if let refusal = refusal(name, config, entries) { return .failure(refusal) }
+                entries.removeAll { $0.id == name }
+                return .success(())
+            }
             print("Removed device \"\(name)\": its token is refused within a second. Its fixes and trips stay.")
         }
     }
@@ -95,15 +95,17 @@ struct DeviceCommand: ParsableCommand {
 
         func run() throws {
             let config = try loadConfig(options)
-            let registry = DeviceRegistry(layout: config.layout)
-            var entries = try loadEntries(registry)
-            try requireAdded(name, config, entries)
-            let (token, entry) = DeviceRegistry.rotate(name, in: &entries, app: app?.rawValue, digest: TokenDigest.hex)
-            try saveEntries(entries, registry)
+            let (token, entry) = try updateEntries(DeviceRegistry(layout: config.layout)) { entries -> Result<(String, DeviceRegistry.Entry), ValidationError> in
+                if let refusal = refusal(name, config, entries) { return .failure(refusal) }
+                guard let rotated = DeviceRegistry.rotate(name, in: &entries, app: app?.rawValue, digest: TokenDigest.hex) else {
+                    return .failure(ValidationError("no device \"\(name)\""))
+                }
+                return .success(rotated)
+            }
             print("New token for \"\(name)\"; the old one is refused within a second.\n")
             let chosen = app ?? entry.app.flatMap(App.init(rawValue:)) ?? .owntracks
             print(PhoneSetup(device: name, token: token, base: url ?? PhoneSetup.base(config))
-                .instructions(for: chosen, warnLoopback: url == nil && config.ingest.listen.isLoopback))
+                .instructions(for: chosen, warnLoopback: url == nil && config.ingest.publicURL == nil && config.ingest.listen.isLoopback))
         }
     }
 }
@@ -125,18 +127,23 @@ private func loadEntries(_ registry: DeviceRegistry) throws -> [DeviceRegistry.E
     }
 }
 
-private func saveEntries(_ entries: [DeviceRegistry.Entry], _ registry: DeviceRegistry) throws {
-    do { try registry.save(entries) } catch {
+/// Changes the registry under its lock; a refusal leaves it as it was.
+@discardableResult
+private func updateEntries<T>(_ registry: DeviceRegistry, _ change: (inout [DeviceRegistry.Entry]) -> Result<T, ValidationError>) throws -> T {
+    let outcome: Result<T, ValidationError>
+    do {
+        outcome = try registry.update { entries in change(&entries) }
+    } catch {
         FileHandle.standardError.write(Data("drivebus device: \(error)\n".utf8))
         throw ExitCode(2)
     }
+    return try outcome.get()
 }
 
-private func requireAdded(_ name: String, _ config: DrivebusConfig, _ entries: [DeviceRegistry.Entry]) throws {
-    if config.devices.contains(where: { $0.id == name }) {
-        throw ValidationError("device \"\(name)\" is in the config file: change it there")
-    }
-    guard entries.contains(where: { $0.id == name }) else { throw ValidationError("no device \"\(name)\"") }
+/// Why `name` cannot be removed or given a new token here, if it cannot.
+private func refusal(_ name: String, _ config: DrivebusConfig, _ entries: [DeviceRegistry.Entry]) -> ValidationError? {
+    if config.devices.contains(where: { $0.id == name }) { return ValidationError("device \"\(name)\" is in the config file: change it there") }
+    return entries.contains(where: { $0.id == name }) ? nil : ValidationError("no device \"\(name)\"")
 }
 
 extension PhoneApp: ExpressibleByArgument {}

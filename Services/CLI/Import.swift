@@ -49,15 +49,18 @@ struct Import: AsyncParsableCommand {
     private func createDeviceIfMissing(_ config: DrivebusConfig) throws {
         guard DeviceID.isValid(device) else { throw ValidationError("--device must match [A-Za-z0-9_-]{1,64}") }
         let registry = DeviceRegistry(layout: config.layout)
+        let created: Bool
         do {
-            var entries = try registry.load()
-            guard !config.devices(with: entries).contains(where: { $0.id == device }) else { return }
-            entries.append(DeviceRegistry.Entry(id: device, tokenSHA256: TokenDigest.hex(DeviceRegistry.newToken()), app: nil, addedAt: Date()))
-            try registry.save(entries)
+            created = try registry.update { entries in
+                guard !config.devices(with: entries).contains(where: { $0.id == device }) else { return false }
+                entries.append(DeviceRegistry.Entry(id: device, tokenSHA256: TokenDigest.hex(DeviceRegistry.newToken()), app: nil, addedAt: Date()))
+                return true
+            }
         } catch {
             FileHandle.standardError.write(Data("drivebus import: \(error)\n".utf8))
             throw ExitCode(2)
         }
+        guard created else { return }
         print("drivebus import: created device \"\(device)\" (`drivebus device rotate-token \(device)` connects a phone to it)")
     }
 
@@ -76,16 +79,16 @@ struct Import: AsyncParsableCommand {
             var total = (points: 0, timed: 0, activities: 0, visits: 0)
             var counts = Tally()
             var reasons: [String] = []
-            let source: CountingByteSource
+            let size: Int?
             let reader: TrackFiles.Reader
             do {
-                (reader, source) = try open(file)
+                (reader, size) = try open(file)
             } catch {
                 print("\(shown): \(error)")
                 failed = true
                 continue
             }
-            let progress = Progress(totalBytes: source.size, label: name)
+            let progress = Progress(totalBytes: size, label: name)
             // The batch in flight: sent, its answer not yet counted.
             var pending: (points: [TrackPoint], reply: Task<PublishReply, any Error>)?
             func settle() async throws {
@@ -99,7 +102,7 @@ struct Import: AsyncParsableCommand {
             func send(_ points: [TrackPoint]) async throws {
                 try await settle()
                 pending = (points, Task { [device] in try await Self.publish(points, device: device, bus: bus) })
-                progress.advance(bytes: source.consumed, points: total.timed)
+                progress.advance(bytes: reader.bytesRead, points: total.timed)
             }
             // A location history's activities go in as motion samples, in batches of their own.
             var motion = Tally()
@@ -119,7 +122,9 @@ struct Import: AsyncParsableCommand {
                 visits.removeAll(keepingCapacity: true)
                 try await deliver(
                     batch, into: &stays, reasons: &reasons, field: "visits", first: nil,
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishVisits($0, bus: bus) }
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.too_long" }, location: \.location) {
+                    try await publishVisits($0, bus: bus)
+                }
             }
             var batch: [TrackPoint] = []
             batch.reserveCapacity(max(1, self.batch))
@@ -158,10 +163,10 @@ struct Import: AsyncParsableCommand {
                 print("\(shown): \(stoppedBy)")
                 print("  stopped there: \(total.points) points before it, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused; they stay")
                 failed = true
-                continue
+            } else {
+                _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
+                print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             }
-            _ = try await bus.call(.ingest, IngestRPCMessages.ImportFinished(device: device, file: name, fixes: counts.accepted), as: PublishReply.self)
-            print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             if total.activities > 0 {
                 print("  \(total.activities) activities as motion samples: \(motion.accepted) imported, \(motion.duplicates) already there or unchanged, \(motion.refused) refused")
             }
@@ -202,11 +207,11 @@ struct Import: AsyncParsableCommand {
         }
     }
 
-    private func open(_ file: String) throws(TrackFileError) -> (TrackFiles.Reader, CountingByteSource) {
+    private func open(_ file: String) throws(TrackFileError) -> (TrackFiles.Reader, size: Int?) {
         let format = try TrackFiles.format(ofFile: file)
         do {
-            let source = CountingByteSource(try FileByteSource(path: file))
-            return (TrackFiles.Reader(format: format, source: source), source)
+            let source = try FileByteSource(path: file)
+            return (TrackFiles.Reader(format: format, source: source), source.size)
         } catch {
             throw TrackFileError(location: file, message: error.message)
         }
@@ -301,20 +306,5 @@ final class Progress {
 
     func finish() {
         if terminal { FileHandle.standardError.write(Data("\n".utf8)) }
-    }
-}
-
-/// A file read through it says how far it has got, for the progress bar.
-final class CountingByteSource: ByteSource {
-    private let source: FileByteSource
-    private(set) var consumed = 0
-    var size: Int? { source.size }
-
-    init(_ source: FileByteSource) { self.source = source }
-
-    func read(into buffer: UnsafeMutableRawBufferPointer) throws(ByteSourceError) -> Int {
-        let count = try source.read(into: buffer)
-        consumed += count
-        return count
     }
 }

@@ -70,7 +70,7 @@ public struct DeviceRegistry: Sendable {
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         encoder.dateEncodingStrategy = .iso8601
         let directory = (path as NSString).deletingLastPathComponent
-        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)"
+        let temporary = path + ".tmp-\(ProcessInfo.processInfo.processIdentifier)-\(UInt32.random(in: 0...UInt32.max))"
         do {
             try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let data = try encoder.encode(entries)
@@ -89,6 +89,24 @@ public struct DeviceRegistry: Sendable {
         }
     }
 
+    /// Reads, changes and saves the list under an exclusive lock on `devices.json.lock`, so that
+    /// two writers (`drivebus device`, an import creating its device, the dashboard's setup) never
+    /// lose each other's change. Blocking: call it off the cooperative pool.
+    public func update<T>(_ change: (inout [Entry]) throws(ConfigError) -> T) throws(ConfigError) -> T {
+        let directory = (path as NSString).deletingLastPathComponent
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let lock = open(path + ".lock", O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard lock >= 0 else { throw ConfigError(path: path + ".lock", reason: "cannot be opened: \(String(cString: strerror(errno)))") }
+        defer { close(lock) }
+        while flock(lock, LOCK_EX) != 0 {
+            guard errno == EINTR else { throw ConfigError(path: path + ".lock", reason: "cannot be locked: \(String(cString: strerror(errno)))") }
+        }
+        var entries = try load()
+        let result = try change(&entries)
+        try save(entries)
+        return result
+    }
+
     public static func bytes(hex: String) -> [UInt8]? {
         let digits = Array(hex.utf8)
         guard digits.count % 2 == 0 else { return nil }
@@ -100,19 +118,20 @@ public struct DeviceRegistry: Sendable {
         return bytes
     }
 
-    /// A strong random token: 32 bytes from the system's generator, base64url without padding.
     /// Gives the added device `id` a new token (and app, if given); returns the token, which is
-    /// kept nowhere, and the entry. `digest` is `TokenDigest.hex` (SHA-256, in the kit).
+    /// kept nowhere, and the entry; nil for a device not in `entries`. `digest` is
+    /// `TokenDigest.hex` (SHA-256, in the kit).
     public static func rotate(
         _ id: String, in entries: inout [Entry], app: String? = nil, digest: (String) -> String
-    ) -> (token: String, entry: Entry) {
-        let index = entries.firstIndex { $0.id == id }!
+    ) -> (token: String, entry: Entry)? {
+        guard let index = entries.firstIndex(where: { $0.id == id }) else { return nil }
         let token = newToken()
         entries[index].tokenSHA256 = digest(token)
         if let app { entries[index].app = app }
         return (token, entries[index])
     }
 
+    /// A strong random token: 32 bytes from the system's generator, base64url without padding.
     public static func newToken() -> String {
         var generator = SystemRandomNumberGenerator()
         let bytes = (0..<32).map { _ in UInt8.random(in: 0...255, using: &generator) }

@@ -64,6 +64,9 @@ public struct DrivebusConfig: Sendable, Equatable {
 
     public struct Ingest: Sendable, Equatable {
         public var listen = Listen(host: "127.0.0.1", port: 5055)
+        /// Where phones reach ingest (a reverse proxy's `https://…`), for setup codes; from
+        /// `listen` when absent.
+        public var publicURL: String?
         public var maxBodyBytes = 8 * 1024 * 1024
     }
 
@@ -133,7 +136,14 @@ extension DrivebusConfig {
         var config = defaults(workingDirectory: workingDirectory)
         config.process = try ProcessSettings.parse(top, workingDirectory: workingDirectory)
         config.devices = try parseDevices(top)
-        let ingest = try top.mapping("ingest", allowed: ["listen", "max_body_bytes"])
+        let ingest = try top.mapping("ingest", allowed: ["listen", "max_body_bytes", "public_url"])
+        if let url = try ingest.string("public_url") {
+            guard let parsed = URLComponents(string: url), ["http", "https"].contains(parsed.scheme ?? ""), parsed.host?.isEmpty == false,
+                  parsed.query == nil, parsed.fragment == nil else {
+                throw ConfigError(path: ingest.keyPath("public_url"), reason: "expected http(s)://host[:port][/path], got \"\(url)\"")
+            }
+            config.ingest.publicURL = url
+        }
         config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
         config.ingest.maxBodyBytes = try ingest.int("max_body_bytes", default: config.ingest.maxBodyBytes, in: 1024...(1 << 30))
         let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s"])

@@ -19,8 +19,10 @@ public struct PhoneSetup: Sendable {
         self.base = base.hasSuffix("/") ? String(base.dropLast()) : base
     }
 
-    /// `http://HOST:PORT` from `ingest.listen`; a wildcard address becomes this machine's name.
+    /// `ingest.public_url`, or `http://HOST:PORT` from `ingest.listen`; a wildcard address
+    /// becomes this machine's name.
     public static func base(_ config: DrivebusConfig) -> String {
+        if let url = config.ingest.publicURL { return url }
         let listen = config.ingest.listen
         let host = ["0.0.0.0", "::", ""].contains(listen.host) ? ProcessInfo.processInfo.hostName : listen.host
         return "http://\(host.contains(":") ? "[\(host)]" : host):\(listen.port)"

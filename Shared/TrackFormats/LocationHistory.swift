@@ -14,8 +14,8 @@ import Foundation
 /// Such files run to gigabytes, so the file is never parsed whole: `ElementScanner` cuts the
 /// elements of those top-level arrays out one at a time and each is parsed on its own, in the
 /// memory of one element. Activities become `.activity` events (the most likely one of each
-/// reading, in drivebus's motion vocabulary); visits are skipped, and so is an element without a
-/// position or an activity. A value that is there but wrong is an error naming the
+/// reading, in drivebus's motion vocabulary), visits `.visit` events; an element with none of
+/// these is skipped. A value that is there but wrong is an error naming the
 /// element: `locations[12]: latitudeE7 …`.
 final class LocationHistoryReader: FormatReader {
     private let scanner: ElementScanner
@@ -146,7 +146,7 @@ final class LocationHistoryReader: FormatReader {
         let here = location + ".duration"
         guard let start = try time(duration["startTimestamp"] ?? duration["startTimestampMs"], here),
               let end = try time(duration["endTimestamp"] ?? duration["endTimestampMs"], here) else { return nil }
-        guard end >= start else { throw TrackFormatError(location: here, message: "ends before it starts") }
+        // One that ends before it starts goes on to ingest, which refuses it by itself and says why.
         return TrackReader.Visit(
             start: start, end: end, lat: position.lat, lon: position.lon, name: label(place["name"]), address: label(place["address"]),
             placeID: label(place["placeId"]), semanticType: label(place["semanticType"]), location: location)
@@ -159,7 +159,7 @@ final class LocationHistoryReader: FormatReader {
     static func timelineVisit(_ object: [String: JSONValue], _ location: String) throws(TrackFormatError) -> TrackReader.Visit? {
         guard case .object(let visit)? = object["visit"], case .object(let top)? = visit["topCandidate"] else { return nil }
         let here = location + ".visit"
-        if let level = try number(visit["hierarchyLevel"], "hierarchyLevel", here), level != 0 { return nil }
+        if let level = try? number(visit["hierarchyLevel"], "hierarchyLevel", here), level != 0 { return nil }
         let position: (lat: Double, lon: Double)
         switch top["placeLocation"] {
         case .object(let place)?:
@@ -171,7 +171,6 @@ final class LocationHistoryReader: FormatReader {
             return nil
         }
         guard let start = try time(object["startTime"], location), let end = try time(object["endTime"], location) else { return nil }
-        guard end >= start else { throw TrackFormatError(location: location, message: "endTime is before startTime") }
         return TrackReader.Visit(
             start: start, end: end, lat: position.lat, lon: position.lon, placeID: label(top["placeId"] ?? top["placeID"]),
             semanticType: label(top["semanticType"]), location: here)

@@ -107,3 +107,36 @@ import Testing
         }
     }
 }
+
+/// Only this machine's own dashboard gets a setup code.
+@Suite struct SetupGuardTests {
+    func refusedField(_ headers: [(String, String)]) -> String? {
+        do {
+            try SetupGuard.check(headers.map { (name: $0.0, value: $0.1) })
+            return nil
+        } catch {
+            return error.field ?? "?"
+        }
+    }
+
+    @Test func theDashboardOnThisMachineMayAskAndNothingElse() {
+        let action = ("x-drivebus-action", "setup")
+        #expect(refusedField([action, ("host", "127.0.0.1:8091")]) == nil)
+        #expect(refusedField([action, ("host", "localhost:8091"), ("sec-fetch-site", "same-origin"), ("origin", "http://localhost:8091")]) == nil)
+        #expect(refusedField([action, ("host", "[::1]:8091")]) == nil)
+        #expect(refusedField([("host", "127.0.0.1:8091")]) == "X-Drivebus-Action")
+        // DNS rebinding: another name that resolves here still says its name.
+        #expect(refusedField([action, ("host", "rebind.example:8091")]) == "Host")
+        #expect(refusedField([action]) == "Host")
+        #expect(refusedField([action, ("host", "127.0.0.1:8091"), ("sec-fetch-site", "cross-site")]) == "Sec-Fetch-Site")
+        #expect(refusedField([action, ("host", "127.0.0.1:8091"), ("origin", "http://evil.example")]) == "Origin")
+    }
+
+    @Test(arguments: [
+        ("127.0.0.1", true), ("127.1.2.3:80", true), ("localhost", true), ("LOCALHOST:1", true), ("[::1]:8091", true), ("[::1]", true),
+        ("127.0.0.1.evil.example", false), ("128.0.0.1", false), ("[::2]:1", false), ("192.168.1.2:8091", false), ("", false), ("127.0.0", false),
+    ])
+    func loopbackHosts(host: String, loopback: Bool) {
+        #expect(SetupGuard.isLoopback(host) == loopback)
+    }
+}

@@ -310,8 +310,8 @@ struct ClientParsers: Sendable {
             }
             return JournalRecord(.visit(Visit(
                 device: device, start: Normalizer.milliseconds(start.value), end: Normalizer.milliseconds(end.value), lat: lat.value, lon: lon.value,
-                name: try fields.string("name", limit: 1024), address: try fields.string("address", limit: 1024), placeID: try fields.string("place_id"),
-                semanticType: try fields.string("semantic_type"))))
+                name: try fields.string("name", limit: 1024), address: try fields.string("address", limit: 1024), placeID: try fields.string("place_id", limit: 1024),
+                semanticType: try fields.string("semantic_type", limit: 1024))))
         }
     }
 

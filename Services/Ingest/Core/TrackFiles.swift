@@ -30,9 +30,7 @@ public struct TrackPoint: Sendable, Equatable {
         self.location = location
     }
 
-    /// The native API's fix object, which `publish` takes.
-    /// The same object as `nativeJSON`, written straight into `writer`: what `drivebus import`
-    /// sends, without building a dictionary per point.
+    /// The native API's fix object, which `publish` takes, written straight into `writer`.
     public func writeNative(to writer: inout JSONWriter) {
         writer.beginObject()
         writer.key("lat"); writer.number(lat)
@@ -43,16 +41,6 @@ public struct TrackPoint: Sendable, Equatable {
         if let courseDeg { writer.key("course_deg"); writer.number(courseDeg) }
         if let accuracyM { writer.key("accuracy_m"); writer.number(accuracyM) }
         writer.endObject()
-    }
-
-    public var nativeJSON: JSONValue {
-        var object: [String: JSONValue] = ["lat": .number(lat), "lon": .number(lon)]
-        if let time { object["time"] = .string(RFC3339.format(time)) }
-        if let altitudeM { object["altitude_m"] = .number(altitudeM) }
-        if let speedMps { object["speed_mps"] = .number(speedMps) }
-        if let courseDeg { object["course_deg"] = .number(courseDeg) }
-        if let accuracyM { object["accuracy_m"] = .number(accuracyM) }
-        return .object(object)
     }
 }
 
@@ -131,7 +119,7 @@ public enum TrackFiles {
             case visit(TrackReader.Visit)
         }
 
-        /// The next point or activity (a location history's), or `nil` at the end of the file.
+        /// The next point, or activity or visit (a location history's), or `nil` at the end of the file.
         public func nextItem() throws(TrackFileError) -> Item? {
             do {
                 while let event = try reader.next() {

@@ -18,10 +18,13 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
     let store = try StatsStore(.init(path: config.layout.dataDir + "/drivebus.sqlite", homes: homes, maxGapS: config.stats.maxGapS))
     let metrics = StatsMetrics()
     let recorder = StatsRecorder(context: context, config: config, store: store, metrics: metrics)
+    let setup: @Sendable (String) async throws(StatsError) -> [UInt8] = { device throws(StatsError) in try await newSetup(device, config) }
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
-            knownDevices: { await knownDevices(config) }, deviceSetup: { device throws(StatsError) in try await newSetup(device, config) })),
+            knownDevices: { await knownDevices(config) },
+            // A setup code is a credential: handed out only to this machine (see SetupGuard).
+            deviceSetup: config.stats.listen.isLoopback ? setup : nil)),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
     )
@@ -53,12 +56,19 @@ func newSetup(_ device: String, _ config: DrivebusConfig) async throws(StatsErro
                 if config.devices.contains(where: { $0.id == device }) {
                     throw StatsError(status: 409, code: "stats.config_device", message: "\(device) is in the config file: its token is there", field: "id")
                 }
-                let registry = DeviceRegistry(layout: config.layout)
-                var entries: [DeviceRegistry.Entry]
-                do { entries = try registry.load() } catch { throw StatsError(status: 500, code: "stats.devices_unreadable", message: String(describing: error)) }
-                guard entries.contains(where: { $0.id == device }) else { throw StatsError.notFound("id", "no device \(device) added with drivebus device") }
-                let (token, entry) = DeviceRegistry.rotate(device, in: &entries, digest: TokenDigest.hex)
-                do { try registry.save(entries) } catch { throw StatsError(status: 500, code: "stats.devices_unwritable", message: String(describing: error)) }
+                // A code the phone cannot use would cost it its working token.
+                guard config.ingest.publicURL != nil || !config.ingest.listen.isLoopback else {
+                    throw StatsError(
+                        status: 409, code: "stats.no_public_url",
+                        message: "ingest listens on \(config.ingest.listen) only, which a phone cannot reach: set ingest.public_url", field: "ingest.public_url")
+                }
+                let rotated: (token: String, entry: DeviceRegistry.Entry)?
+                do {
+                    rotated = try DeviceRegistry(layout: config.layout).update { entries in DeviceRegistry.rotate(device, in: &entries, digest: TokenDigest.hex) }
+                } catch {
+                    throw StatsError(status: 500, code: "stats.devices_unwritable", message: String(describing: error))
+                }
+                guard let (token, entry) = rotated else { throw StatsError.notFound("id", "no device \(device) added with drivebus device") }
                 let app = entry.app.flatMap(PhoneApp.init(rawValue:)) ?? .owntracks
                 let setup = PhoneSetup(device: device, token: token, base: PhoneSetup.base(config))
                 let code = setup.code(for: app)

@@ -14,7 +14,8 @@ func addCostsRankingAndDashboard(to router: Router<BasicRequestContext>, store: 
             let parameters = StatsParameters(query: request.uri.query ?? "")
             let device = try StatsQuery.parse(StatsParameters(parameters.pairs.filter { $0.name == "device" })).device
             let known = await configuration.knownDevices?() ?? []
-            let html = try await store.dashboardHTML(DashboardOptions(device: device, costs: configuration.costs, knownDevices: known))
+            let html = try await store.dashboardHTML(DashboardOptions(
+                device: device, costs: configuration.costs, knownDevices: known, phoneSetup: configuration.deviceSetup != nil))
             return Response(
                 status: .ok, headers: [.contentType: "text/html; charset=utf-8", .cacheControl: "no-store"],
                 body: .init(byteBuffer: ByteBuffer(bytes: html)))

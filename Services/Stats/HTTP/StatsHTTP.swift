@@ -24,7 +24,8 @@ public struct StatsHTTPConfiguration: Sendable {
     /// it, only the devices with stored fixes are listed.
     public var knownDevices: (@Sendable () async -> [KnownDevice])?
     /// `POST /api/v1/devices/{id}/setup`: a new token for a device added with `drivebus device`,
-    /// and its setup as JSON (`device`, `app`, `code`, `svg`, `scan`, `by_hand`). 404 while nil.
+    /// and its setup as JSON (`device`, `app`, `code`, `svg`, `scan`, `by_hand`). 404 while nil;
+    /// the service sets it only while stats listens on loopback.
     public var deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])?
 
     public init(
@@ -61,12 +62,11 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
     if let deviceSetup = configuration.deviceSetup {
         router.post("/api/v1/devices/:id/setup") { request, context in
             await respond(context) {
-                // A header a plain form cannot send, and a cross-site script cannot without a
-                // preflight that nothing here answers: no other site can rotate a token.
-                guard request.headers.first(where: { $0.name.canonicalName == "x-drivebus-action" })?.value == "setup" else {
-                    throw StatsError(status: 403, code: "stats.forbidden", message: "send X-Drivebus-Action: setup", field: "X-Drivebus-Action")
-                }
-                return json(try await deviceSetup(try pathParameter("id", context)))
+                // HTTP/1.1's Host arrives as the request's authority, not among its headers.
+                try SetupGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []))
+                var response = json(try await deviceSetup(try pathParameter("id", context)))
+                response.headers[.cacheControl] = "no-store"
+                return response
             }
         }
     }
@@ -297,5 +297,38 @@ private final class ChunkPipe: @unchecked Sendable {
         } onCancel: {
             cancel()
         }
+    }
+}
+
+/// Who may ask for a new setup code: only this machine's own dashboard. The route exists only
+/// while stats listens on loopback, so no other machine reaches it; the rest keeps other sites
+/// out of a browser on this machine.
+public enum SetupGuard {
+    public static func check(_ headers: [(name: String, value: String)]) throws(StatsError) {
+        func header(_ name: String) -> String? { headers.first { $0.name == name }?.value }
+        func refuse(_ field: String, _ message: String) -> StatsError {
+            StatsError(status: 403, code: "stats.forbidden", message: message, field: field)
+        }
+        // A header an HTML form cannot send, and another site's script cannot without a CORS
+        // preflight, which nothing here answers.
+        guard header("x-drivebus-action") == "setup" else { throw refuse("X-Drivebus-Action", "send X-Drivebus-Action: setup") }
+        // DNS rebinding: a page of another name made to resolve to 127.0.0.1 still says its name.
+        guard let host = header("host"), isLoopback(host) else { throw refuse("Host", "only this machine's dashboard may ask for a setup code") }
+        if let site = header("sec-fetch-site"), !["same-origin", "none"].contains(site) { throw refuse("Sec-Fetch-Site", "not from this dashboard") }
+        if let origin = header("origin"), origin != "http://" + host { throw refuse("Origin", "not from this dashboard") }
+    }
+
+    /// `127.0.0.1:8091`, `localhost:8091`, `[::1]:8091`, with or without the port.
+    public static func isLoopback(_ host: String) -> Bool {
+        var name = Substring(host.lowercased())
+        if name.hasPrefix("[") {
+            guard let close = name.firstIndex(of: "]") else { return false }
+            name = name[name.index(after: name.startIndex)..<close]
+            return name == "::1"
+        }
+        if let colon = name.lastIndex(of: ":") { name = name[..<colon] }
+        if name == "localhost" { return true }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
     }
 }

@@ -14,12 +14,15 @@ public struct DashboardOptions: Sendable {
     public var candidates: Int
     /// The devices known now, for the devices table (those with fixes are listed anyway).
     public var knownDevices: [KnownDevice]
+    /// Whether the page may offer "Set up phone" (the setup route is on).
+    public var phoneSetup: Bool
 
     public init(
         now: Date = Date(), device: String? = nil, costs: CostsConfiguration = .init(), recentTrips: Int = 12, candidates: Int = 20,
-        knownDevices: [KnownDevice] = []
+        knownDevices: [KnownDevice] = [], phoneSetup: Bool = false
     ) {
         self.knownDevices = knownDevices
+        self.phoneSetup = phoneSetup
         self.now = now
         self.device = device
         self.costs = costs
@@ -200,7 +203,7 @@ enum Dashboard {
             devices: data.devices.isEmpty ? nil : .init(rows: data.devices.map { row in
                 PageView.DeviceRow(
                     name: row.device.id, origin: row.device.origin, app: row.device.app ?? "–",
-                    battery: row.stored?.battery.map { "\(Int(($0 * 100).rounded())) %" } ?? "–", canSetUp: row.device.origin == "added",
+                    battery: row.stored?.battery.map { "\(Int(($0 * 100).rounded())) %" } ?? "–", canSetUp: options.phoneSetup && row.device.origin == "added",
                     lastFix: row.stored.map { time(msDate($0.last)) } ?? "none yet",
                     position: row.stored.flatMap { stored in
                         stored.lat.flatMap { lat in stored.lon.map { Decimal64.text(lat, places: 5) + ", " + Decimal64.text($0, places: 5) } }

@@ -124,8 +124,10 @@ enum Projector {
                 throw Rejection(field: "visit", reason: "needs start, end (not before start), lat and lon")
             }
             try db.execute(sql: """
-                INSERT OR IGNORE INTO visits (device, start_ms, end_ms, lat, lon, name, address, place_id, semantic_type, seq)
+                INSERT INTO visits (device, start_ms, end_ms, lat, lon, name, address, place_id, semantic_type, seq)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(device, start_ms, lat, lon) DO UPDATE SET end_ms = excluded.end_ms, name = excluded.name,
+                    address = excluded.address, place_id = excluded.place_id, semantic_type = excluded.semantic_type, seq = excluded.seq
                 """, arguments: [
                     try p.device(event), milliseconds(start), milliseconds(end), lat, lon, p.string("name"), p.string("address"),
                     p.string("place_id"), p.string("semantic_type"), p.int("seq"),
