@@ -444,3 +444,44 @@ struct IngestHarness {
         harness.journal.shutdown()
     }
 }
+
+/// `publish` (drivebus import) reads a plain batch without a JSON tree; it must store exactly what
+/// the general path stores, and leave every unusual batch, and every error, to that path.
+@Suite struct NativeBatchTests {
+    static let plain = #"{"op":"publish","device":"car","fixes":[{"lat":48.2,"lon":16.37,"time":"2025-05-01T10:00:00.500Z","altitude_m":180.5,"speed_mps":12.25,"course_deg":360,"accuracy_m":0,"battery":0.5},{"lat":-0.0,"lon":16.38,"time":"2025-05-01T10:00:01Z","speed_mps":-1}]}"#
+
+    /// The fixes `publishLocal` journals for `body`, and its answer or error code.
+    func stored(_ body: String) async throws -> (fixes: [Fix], outcome: String) {
+        let harness = try IngestHarness(now: date("2025-05-02T00:00:00Z"))
+        do {
+            let summary = try await harness.handler.publishLocal(body: Array(body.utf8))
+            return (harness.published.fixes, "accepted \(summary.accepted)")
+        } catch let error as IngestError {
+            return (harness.published.fixes, "\(error.code) \(error.field ?? "")")
+        }
+    }
+
+    @Test func aPlainBatchIsStoredAsTheGeneralPathStoresIt() async throws {
+        #expect(NativeBatch.isPlain(Self.plain))
+        // The same fixes in a shape only the general path takes: a number as a string.
+        let general = Self.plain.replacingOccurrences(of: #""lat":48.2"#, with: #""lat":"48.2""#)
+        #expect(!NativeBatch.isPlain(general))
+        let fast = try await stored(Self.plain), slow = try await stored(general)
+        #expect(fast.outcome == "accepted 2" && slow.outcome == "accepted 2")
+        #expect(fast.fixes == slow.fixes)
+        #expect(fast.fixes.first?.accuracyM == nil && fast.fixes.first?.courseDeg == 0 && fast.fixes.last?.speedMps == nil)
+    }
+
+    @Test(arguments: [
+        (#"{"op":"publish","device":"car","fixes":[{"lat":91,"lon":16.37,"time":"2025-05-01T10:00:00Z"}]}"#, "ingest.invalid_field fixes[0].lat"),
+        (#"{"op":"publish","device":"car","fixes":[{"lat":48,"lon":16.37,"time":"2027-05-01T10:00:00Z"}]}"#, "ingest.invalid_field fixes[0].time"),
+        (#"{"op":"publish","device":"car","fixes":[{"lat":48,"lon":16.37}]}"#, "ingest.invalid_field fixes[0].time"),
+        (#"{"op":"publish","device":"car","fixes":[{"lat":48,"lon":16.37,"time":"2025-05-01T10:00:00Z","device":"bike"}]}"#, "ingest.forbidden fixes[0].device"),
+        (#"{"op":"publish","device":"nobody","fixes":[]}"#, "ingest.invalid_field device"),
+        (#"{"op":"publish","fixes":[]}"#, "ingest.invalid_field device"),
+    ])
+    func errorsAreTheGeneralPaths(body: String, outcome: String) async throws {
+        #expect(try await stored(body).outcome == outcome)
+        #expect(try await stored(body).fixes.isEmpty)
+    }
+}

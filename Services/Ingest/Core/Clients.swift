@@ -242,6 +242,25 @@ struct ClientParsers: Sendable {
         try nativeFixes(root: try JSONFields.object(try JSONFields.parse(body), path: ""), device: device, source: source)
     }
 
+    /// The fixes of a batch read by `NativeBatch`, checked and normalised as `nativeFixes` does.
+    func nativeFixes(_ batch: NativeBatch, source: FixSource) throws(IngestError) -> [JournalRecord] {
+        var records: [JournalRecord] = []
+        records.reserveCapacity(batch.items.count)
+        for (index, item) in batch.items.enumerated() {
+            let path = "fixes[\(index)]"
+            func value(_ number: Double?, _ key: String) -> RawFix.Value<Double>? { number.map { .init(value: $0, path: path, key: key) } }
+            var raw = RawFix(time: .init(value: item.time, path: path, key: "time"), lat: .init(value: item.lat, path: path, key: "lat"),
+                             lon: .init(value: item.lon, path: path, key: "lon"))
+            raw.accuracyM = value(item.accuracyM, "accuracy_m")
+            raw.altitudeM = value(item.altitudeM, "altitude_m")
+            raw.speedMps = value(item.speedMps, "speed_mps")
+            raw.courseDeg = value(item.courseDeg, "course_deg")
+            raw.battery = value(item.battery, "battery")
+            records.append(JournalRecord(.fix(try normalizer.fix(raw, device: batch.device, source: source))))
+        }
+        return records
+    }
+
     /// The fixes of a native batch whose body is parsed already.
     func nativeFixes(root: JSONFields, device: String, source: FixSource = .api) throws -> [JournalRecord] {
         guard let fixes = try root.array("fixes") else { throw IngestError.invalid("fixes", "is required") }

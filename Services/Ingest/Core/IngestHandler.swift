@@ -236,6 +236,10 @@ public final class IngestHandler: Sendable {
     /// its device. The ipc socket is reachable only by this machine's drivebus user. The body is
     /// parsed once, for its device and its fixes.
     public func publishLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        if let batch = NativeBatch.read(body) {
+            guard isKnownLocally(batch.device) else { throw IngestError.invalid("device", "unknown device \"\(batch.device)\"") }
+            return summarize(try await store(try parsers.nativeFixes(batch, source: .import)))
+        }
         let root = try JSONFields.object(try JSONFields.parse(body), path: "")
         guard let device = try root.string("device") else { throw IngestError.invalid("device", "is required") }
         guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
