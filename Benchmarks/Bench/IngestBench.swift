@@ -121,11 +121,3 @@ final class BenchSystem {
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
-
-/// utime + stime of a process, from /proc/PID/stat (fields 14 and 15, in clock ticks).
-func cpuSecondsOf(_ pid: Int32) -> Double {
-    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
-    let fields = stat[stat.index(after: close)...].split(separator: " ")
-    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
-    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
-}

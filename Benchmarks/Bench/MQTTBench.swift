@@ -106,8 +106,7 @@ struct MQTTBench: AsyncParsableCommand {
     }
 
     static func isConnected(_ bus: BusClient) async -> Bool {
-        struct Status: Codable { let connected: Bool }
-        return (try? await bus.call(.mqtt, RPCRequestHead(op: "mqtt_status"), as: Status.self, timeout: .milliseconds(500)))?.connected == true
+        return (try? await bus.call(.mqtt, RPCRequestHead(op: "mqtt_status"), as: MQTTStatus.self, timeout: .milliseconds(500)))?.connected == true
     }
 }
 
@@ -132,7 +131,7 @@ final class BenchMQTT: Sendable {
         self.inbox = inbox
         client = try MQTTClient(configuration, onEvent: { event in
             if case .connected = event { inbox.connects.add(1, ordering: .relaxed) }
-        }) { messages in
+        }) { messages, _ in
             let now = ContinuousClock.now
             inbox.arrivals.withLock { $0 += messages.map { (String(decoding: $0.payload, as: UTF8.self), now) } }
             return true

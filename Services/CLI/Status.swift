@@ -145,12 +145,7 @@ struct DeadLetters: Codable, Sendable {
     let calls: [Call]
 }
 
-/// drivebus-mqtt's `mqtt_status` reply.
-struct MQTTStatus: Codable, Sendable {
-    let connected: Bool
-    let broker: String
-    let counters: [String: UInt64]
-
+extension MQTTStatus {
     /// `MQTT: connected to host:port; received 12, accepted 10, …, refused 2 (too_large 1, …)`.
     var summary: String {
         func count(_ name: String) -> UInt64 { counters["mqtt." + name] ?? 0 }

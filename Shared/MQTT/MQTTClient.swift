@@ -110,11 +110,12 @@ public final class MQTTClient: Sendable {
         case publishRefused(topic: String, reason: String)
     }
 
-    /// Called on the client's thread with the messages read in one go. Their acknowledgements
-    /// are written after it returns `true`; `false` (when shutting down with messages that are
-    /// not yet durable) stops the client for good, closing the connection without acknowledging
-    /// them or publishing anything more.
-    public typealias Receive = @Sendable ([MQTTMessage]) -> Bool
+    /// Called on the client's thread with the messages read in one go, and whether `shutdown`
+    /// has been called (for a handler that waits for storage). Their acknowledgements are written
+    /// after it returns `true`; `false` (when shutting down with messages that are not yet
+    /// durable) stops the client for good, closing the connection without acknowledging them or
+    /// publishing anything more.
+    public typealias Receive = @Sendable (_ messages: [MQTTMessage], _ isStopping: @Sendable () -> Bool) -> Bool
 
     private struct Shared {
         var outbox: [MQTTMessage] = []
@@ -136,7 +137,7 @@ public final class MQTTClient: Sendable {
     private static let libraryReady: Bool = { mosquitto_lib_init() == MOSQ_ERR_SUCCESS.rawValue }()
 
     /// Starts the client's thread, which connects and stays connected until `shutdown`.
-    public init(_ configuration: Configuration, onEvent: @escaping @Sendable (Event) -> Void = { _ in }, receive: @escaping Receive = { _ in true }) throws(MQTTError) {
+    public init(_ configuration: Configuration, onEvent: @escaping @Sendable (Event) -> Void = { _ in }, receive: @escaping Receive = { _, _ in true }) throws(MQTTError) {
         guard Self.libraryReady else { throw MQTTError("libmosquitto could not be initialised") }
         guard configuration.subscriptions.allSatisfy({ (0...1).contains($0.qos) }) else {
             throw MQTTError("subscriptions take QoS 0 or 1: with QoS 2 a message is acknowledged before it is stored")
@@ -225,7 +226,7 @@ public final class MQTTClient: Sendable {
             if !connection.received.isEmpty {
                 let batch = connection.received
                 connection.received = []
-                if !receive(batch) {
+                if !receive(batch, { [self] in isStopping }) {
                     abandoned = true
                     break loop
                 }

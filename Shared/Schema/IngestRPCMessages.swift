@@ -19,29 +19,6 @@ public enum IngestRPCMessages {
         }
     }
 
-    /// `publish` (the head of it: the fixes are read by the native parser) names the device.
-    public struct Publish: Codable, Sendable {
-        public var op = "publish"
-        public var device: String
-        public init(device: String) { self.device = device }
-    }
-
-    /// `publish_motion` (the head of it: the samples are read by the native motion parser, as
-    /// `POST /api/v1/motion` reads them) names the device.
-    public struct PublishMotion: Codable, Sendable {
-        public var op = "publish_motion"
-        public var device: String
-        public init(device: String) { self.device = device }
-    }
-
-    /// `publish_visits` (the head of it: the visits are read by ingest's visit parser) names the
-    /// device.
-    public struct PublishVisits: Codable, Sendable {
-        public var op = "publish_visits"
-        public var device: String
-        public init(device: String) { self.device = device }
-    }
-
     /// `import_finished`: a file's import is done, which ends its trips.
     public struct ImportFinished: Codable, Sendable {
         public var op = "import_finished"

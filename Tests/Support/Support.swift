@@ -331,3 +331,12 @@ public func checkpointDecoder<each Configuration: Sendable>(_ configurations: re
     decoder.userInfo = CheckpointConfiguration.userInfo(repeat each configurations)
     return decoder
 }
+
+/// The CPU a process has used so far, in seconds: utime + stime from /proc/PID/stat (fields 14
+/// and 15, in clock ticks); 0 for a process that is gone.
+public func cpuSecondsOf(_ pid: Int32) -> Double {
+    guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
+    let fields = stat[stat.index(after: close)...].split(separator: " ")
+    guard fields.count > 13, let user = Double(fields[11]), let system = Double(fields[12]) else { return 0 }
+    return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}

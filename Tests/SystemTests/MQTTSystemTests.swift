@@ -46,7 +46,7 @@ import Testing
         func mqttStatus() async throws -> [String: UInt64] {
             let client = BusClient(settings: config.process, name: "test-status")
             defer { Task { await client.shutdown() } }
-            return try await client.call(.mqtt, RPCRequestHead(op: "mqtt_status"), as: Status.self, timeout: .seconds(2)).counters
+            return try await client.call(.mqtt, RPCRequestHead(op: "mqtt_status"), as: MQTTStatus.self, timeout: .seconds(2)).counters
         }
 
         /// Every journaled record's topic and payload, in seq order.
@@ -67,11 +67,6 @@ import Testing
             for (service, child) in processes { #expect(try await child.exitStatus() == 0, "\(service): \(child.stderr.suffix(2000))") }
             try await broker.stop()
         }
-    }
-
-    struct Status: Codable, Sendable {
-        let connected: Bool
-        let counters: [String: UInt64]
     }
 
     static func location(_ tst: Int, lat: Double = 48.21, lon: Double = 16.37, battery: Int = 80) -> String {
@@ -186,20 +181,14 @@ import Testing
         #expect(try await http("POST", url, token: "phone-token-0123456789", body: Data(Self.location(1_700_000_001).utf8)).status == 200)
         #expect(await eventually(within: .seconds(5)) { (try? await harness.mqttStatus())?["mqtt.connects"] == 1 })
         // A measuring window, not a wait for something: the client must stay idle through it.
-        let cpuBefore = Self.cpuSeconds(harness.processes[.mqtt]!.pid)
+        let cpuBefore = cpuSecondsOf(harness.processes[.mqtt]!.pid)
         try await Task.sleep(for: .seconds(2))
-        let spent = Self.cpuSeconds(harness.processes[.mqtt]!.pid) - cpuBefore
+        let spent = cpuSecondsOf(harness.processes[.mqtt]!.pid) - cpuBefore
         #expect(spent < 0.2, "drivebus-mqtt used \(spent) s of CPU in 2 s while the broker was down")
         try await harness.broker.start()
         let homeAssistant = try TestMQTT(harness.broker, id: "home-assistant", subscribe: ["drivebus/phone/location"])
         #expect(await homeAssistant.message("drivebus/phone/location") != nil)
         try await harness.stop()
-    }
-
-    static func cpuSeconds(_ pid: Int32) -> Double {
-        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let close = stat.lastIndex(of: ")") else { return 0 }
-        let fields = stat[stat.index(after: close)...].split(separator: " ")
-        return ((Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)) / Double(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     @Test func nothingIsLostOrDoubledWhenAProcessOrTheBrokerDiesMidStream() async throws {
@@ -256,7 +245,7 @@ final class TestMQTT: Sendable {
         self.inbox = inbox
         client = try MQTTClient(configuration, onEvent: { event in
             if case .connected = event { inbox.connects.add(1, ordering: .relaxed) }
-        }) { messages in
+        }) { messages, _ in
             inbox.messages.withLock { $0 += messages }
             return true
         }

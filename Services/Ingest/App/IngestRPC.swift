@@ -38,25 +38,8 @@ struct IngestRPC {
                 out += Array("]}".utf8)
                 return out
             },
-            "publish": { body in
-                do {
-                    let summary = try await handler.publishLocal(body: body)
-                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
-                } catch {
-                    return Self.failure(Self.rpcError(error))
-                }
-            },
-            "publish_motion": { body in
-                guard let request = try? BusJSON.decode(IngestRPCMessages.PublishMotion.self, from: body) else {
-                    return Self.failure(.badRequest("publish_motion needs device and samples"))
-                }
-                do {
-                    let summary = try await handler.publishMotionLocal(device: request.device, body: body)
-                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
-                } catch {
-                    return Self.failure(Self.rpcError(error))
-                }
-            },
+            "publish": { body in await Self.stored { try await handler.publishLocal(body: body) } },
+            "publish_motion": { body in await Self.stored { try await handler.publishMotionLocal(body: body) } },
             "publish_owntracks": RPC.handler(IngestRPCMessages.PublishOwnTracks.self) {
                 (request: IngestRPCMessages.PublishOwnTracks) throws(RPCErrorBody) -> IngestRPCMessages.OwnTracksStored in
                 do {
@@ -65,17 +48,7 @@ struct IngestRPC {
                     throw Self.rpcError(error)
                 }
             },
-            "publish_visits": { body in
-                guard let request = try? BusJSON.decode(IngestRPCMessages.PublishVisits.self, from: body) else {
-                    return Self.failure(.badRequest("publish_visits needs device and visits"))
-                }
-                do {
-                    let summary = try await handler.publishVisitsLocal(device: request.device, body: body)
-                    return Self.success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
-                } catch {
-                    return Self.failure(Self.rpcError(error))
-                }
-            },
+            "publish_visits": { body in await Self.stored { try await handler.publishVisitsLocal(body: body) } },
             "checkin": RPC.handler(CheckinRequest.self) { (request: CheckinRequest) throws(RPCErrorBody) -> PublishReply in
                 do {
                     let seq = try await handler.checkinLocal(device: request.device, time: request.time)
@@ -93,6 +66,16 @@ struct IngestRPC {
                 }
             },
         ]
+    }
+
+    /// The reply of a local tool's batch (`publish`, `publish_motion`, `publish_visits`).
+    static func stored(_ store: () async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64)) async -> [UInt8] {
+        do {
+            let summary = try await store()
+            return success(PublishReply(accepted: summary.accepted, duplicates: summary.duplicates, lastSeq: summary.lastSeq))
+        } catch {
+            return failure(rpcError(error))
+        }
     }
 
     static func rpcError(_ error: any Error) -> RPCErrorBody {

@@ -287,7 +287,10 @@ struct ClientParsers: Sendable {
     }
 
     func nativeMotion(_ body: [UInt8], device: String) throws -> [JournalRecord] {
-        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        try nativeMotion(root: try JSONFields.object(try JSONFields.parse(body), path: ""), device: device)
+    }
+
+    func nativeMotion(root: JSONFields, device: String) throws -> [JournalRecord] {
         guard let samples = try root.array("samples") else { throw IngestError.invalid("samples", "is required") }
         guard samples.count <= IngestLimits.batchItems else {
             throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) samples, got \(samples.count)", field: "samples")
@@ -310,8 +313,7 @@ struct ClientParsers: Sendable {
     }
 
     /// `publish_visits`: stays at places from an imported history.
-    func visits(_ body: [UInt8], device: String) throws -> [JournalRecord] {
-        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+    func visits(root: JSONFields, device: String) throws -> [JournalRecord] {
         guard let visits = try root.array("visits") else { throw IngestError.invalid("visits", "is required") }
         guard visits.count <= IngestLimits.batchItems else {
             throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) visits, got \(visits.count)", field: "visits")

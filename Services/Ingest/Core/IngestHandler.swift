@@ -240,17 +240,24 @@ public final class IngestHandler: Sendable {
             guard isKnownLocally(batch.device) else { throw IngestError.invalid("device", "unknown device \"\(batch.device)\"") }
             return summarize(try await store(try parsers.nativeFixes(batch, source: .import)))
         }
-        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
-        guard let device = try root.string("device") else { throw IngestError.invalid("device", "is required") }
-        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
-        return summarize(try await store(try parsers.nativeFixes(root: root, device: device, source: .import)))
+        return try await storeLocal(body) { [parsers] root, device in try parsers.nativeFixes(root: root, device: device, source: .import) }
     }
 
     /// The `publish_motion` RPC: motion samples from a local tool (a location history's
     /// activities, through `drivebus import`).
-    public func publishMotionLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+    public func publishMotionLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        try await storeLocal(body) { [parsers] root, device in try parsers.nativeMotion(root: root, device: device) }
+    }
+
+    /// A local tool's batch: its body parsed once, for the device it names (which must be known)
+    /// and for its records.
+    private func storeLocal(
+        _ body: [UInt8], records: (JSONFields, String) throws -> [JournalRecord]
+    ) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
+        guard let device = try root.string("device") else { throw IngestError.invalid("device", "is required") }
         guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
-        return summarize(try await store(try parsers.nativeMotion(body, device: device)))
+        return summarize(try await store(try records(root, device)))
     }
 
     /// The `publish_owntracks` RPC: OwnTracks messages from drivebus-mqtt, each decoded as a POST
@@ -282,9 +289,8 @@ public final class IngestHandler: Sendable {
     }
 
     /// The `publish_visits` RPC: a location history's visits, from `drivebus import`.
-    public func publishVisitsLocal(device: String, body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
-        guard isKnownLocally(device) else { throw IngestError.invalid("device", "unknown device \"\(device)\"") }
-        return summarize(try await store(try parsers.visits(body, device: device)))
+    public func publishVisitsLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        try await storeLocal(body) { [parsers] root, device in try parsers.visits(root: root, device: device) }
     }
 
     /// The `checkin` RPC (`drivebus checkin`): journals `taxi.checkin.<device>` at `time` or now.

@@ -71,7 +71,6 @@ struct BridgePublisher: Service {
     /// The discovery topics published so far, so that an entity that is gone can be removed.
     let state: String
     let counters: Counters
-    let stopping: StopFlag
     let logger: Logger
 
     func run() async throws {
@@ -127,9 +126,8 @@ struct BridgePublisher: Service {
                 }
             }
         }
-        // Stopping: a receive still waiting for ingest gives up; "offline" goes out before the
-        // clean disconnect (a clean disconnect does not publish the will).
-        stopping.set()
+        // Stopping: a receive still waiting for ingest gives up (the client says it is stopping);
+        // "offline" goes out before the clean disconnect, which does not publish the will.
         await client.shutdown(publishing: [MQTTMessage(bridge.offline())])
         try? await http.shutdown()
         let counts = client.counts

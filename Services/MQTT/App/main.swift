@@ -25,18 +25,17 @@ await ServiceRunner.main(.mqtt, configuration: DrivebusConfig.self) { context, c
     client.tls = settings.tls.map { .init(caFile: $0.caFile, certFile: $0.certFile, keyFile: $0.keyFile) }
     client.will = MQTTMessage(bridge.offline())
     client.subscriptions = OwnTracksTopics.filters(settings).map { .init($0, qos: 1) }
-    let stopping = StopFlag()
-    let mqtt = try MQTTClient(client, onEvent: { eventSink.yield($0) }) { messages in
-        inbound.store(messages, giveUpWhen: { stopping.isSet })
+    let mqtt = try MQTTClient(client, onEvent: { eventSink.yield($0) }) { messages, isStopping in
+        inbound.store(messages, giveUpWhen: isStopping)
     }
     logger.info("connecting", metadata: ["broker": "\(settings)"])
     let publisher = BridgePublisher(
         client: mqtt, bridge: bridge, devices: devices, events: events, bus: context.bus, stats: config.stats.listen,
-        state: config.layout.dataDir + "/mqtt-discovery.json", counters: counters, stopping: stopping, logger: logger)
+        state: config.layout.dataDir + "/mqtt-discovery.json", counters: counters, logger: logger)
     return ServiceParts(
         services: [publisher],
         rpc: ["mqtt_status": { _ in
-            let reply = MQTTStatusReply(connected: mqtt.isConnected, broker: "\(settings.host):\(settings.port)", counters: counters.snapshot)
+            let reply = MQTTStatus(connected: mqtt.isConnected, broker: "\(settings.host):\(settings.port)", counters: counters.snapshot)
             return (try? BusJSON.encode(RPCReply.success(reply))) ?? []
         }],
         counters: { counters.snapshot.merging(["mqtt.connected": mqtt.isConnected ? 1 : 0]) { a, _ in a } }
@@ -49,13 +48,6 @@ extension MQTTMessage {
     }
 }
 
-/// Set once, at shutdown: a receive handler waiting for ingest gives up, unacknowledged.
-final class StopFlag: Sendable {
-    private let flag = Mutex(false)
-    var isSet: Bool { flag.withLock { $0 } }
-    func set() { flag.withLock { $0 = true } }
-}
-
 /// What drivebus-mqtt counts, for the heartbeat (and so `/metrics`) and `drivebus status`.
 final class Counters: Sendable {
     private let values = Mutex<[String: UInt64]>([:])
@@ -64,11 +56,4 @@ final class Counters: Sendable {
         values.withLock { $0["mqtt." + name, default: 0] += UInt64(count) }
     }
     var snapshot: [String: UInt64] { values.withLock { $0 } }
-}
-
-/// The `mqtt_status` RPC's answer.
-struct MQTTStatusReply: Codable, Sendable {
-    let connected: Bool
-    let broker: String
-    let counters: [String: UInt64]
 }
