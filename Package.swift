@@ -62,6 +62,12 @@ let package = Package(
             providers: [.apt(["libqrencode-dev"])]
         ),
         .systemLibrary(
+            name: "CLibZ",
+            path: "Shared/CLibZ",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
+        .systemLibrary(
             name: "CMosquitto",
             path: "Shared/CMosquitto",
             pkgConfig: "libmosquitto",
@@ -77,7 +83,7 @@ let package = Package(
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
         .target(name: "DrivebusSettings", dependencies: [yams, logging], path: "Shared/Settings"),
         // Append-only files: the ingest journal and every service's log of derived events.
-        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", deque], path: "Shared/Journal"),
+        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", "CLibZ", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
         // One reader per track file format (GPX on libxml2's pull reader, GeoJSON, CSV): import
         // and route ranking read through it.

@@ -67,11 +67,16 @@ struct Import: AsyncParsableCommand {
     /// Returns whether any file could not be read.
     ///
     /// Each file is read once, a point at a time, so that a file of any size takes bounded
-    /// memory. While ingest journals one batch the next is read, but a batch is sent only once
-    /// the one before it is settled, so fixes reach the journal in the file's order. A file with
+    /// memory. Two batches are in flight while the next is read: they go over one connection,
+    /// and ingest journals a local tool's batches in the order they arrived, so fixes reach the
+    /// journal in the file's order (but for the good fixes of a refused batch, which are sent
+    /// again one by one after it). A file with
     /// an error stops where the error is: what came before it is imported and stays (importing
     /// the mended file again adds only the rest).
     private func importAll(_ inputs: [TakeoutArchives.Input], bus: BusClient) async throws -> Bool {
+        // Batches of fixes go over one connection, so that they arrive in the order sent.
+        let channel = PipelinedRequester(loop: bus.loop, endpoint: ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)))
+        defer { channel.close() }
         var failed = false
         for input in inputs {
             let (file, shown) = (input.path, input.name)
@@ -89,30 +94,41 @@ struct Import: AsyncParsableCommand {
                 continue
             }
             let progress = Progress(totalBytes: size, label: name)
-            // The batch in flight: sent, its answer not yet counted.
-            var pending: (points: [TrackPoint], reply: Task<PublishReply, any Error>)?
+            // The batches in flight, oldest first: sent, their answers not yet counted. Ingest
+            // journals them in the order they were sent.
+            var pending: [(points: [TrackPoint], reply: Task<PublishReply, any Error>)] = []
             func settle() async throws {
-                guard let (points, reply) = pending else { return }
-                pending = nil
+                guard !pending.isEmpty else { return }
+                let (points, reply) = pending.removeFirst()
                 try await deliver(
                     points, into: &counts, reasons: &reasons, field: "fixes", first: { try await reply.value },
                     retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.forbidden" },
-                    location: \.location) { try await Self.publish($0, device: device, bus: bus) }
+                    location: \.location) { try await Self.publish($0, device: device, over: channel) }
             }
             func send(_ points: [TrackPoint]) async throws {
-                try await settle()
-                pending = (points, Task { [device] in try await Self.publish(points, device: device, bus: bus) })
+                if pending.count == Self.batchesInFlight { try await settle() }
+                // Queued here, not in the task, so that batches leave in the file's order.
+                let answer = channel.send(Self.publishBody(points, device: device), timeout: .seconds(30))
+                pending.append((points, Task { try BusJSON.decode(RPCReply<PublishReply>.self, from: try await answer.value).get() }))
                 progress.advance(bytes: reader.bytesRead, points: total.timed)
             }
             // A location history's activities go in as motion samples, in batches of their own.
+            // Also one batch in flight, read on while ingest journals it.
             var motion = Tally()
             var activities: [TrackReader.Activity] = []
+            var pendingActivities: (activities: [TrackReader.Activity], reply: Task<PublishReply, any Error>)?
+            func settleActivities() async throws {
+                guard let (batch, reply) = pendingActivities else { return }
+                pendingActivities = nil
+                try await deliver(
+                    batch, into: &motion, reasons: &reasons, field: "samples", first: { try await reply.value },
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await Self.publishMotion($0, device: device, bus: bus) }
+            }
             func sendActivities() async throws {
+                try await settleActivities()
                 let batch = activities
                 activities.removeAll(keepingCapacity: true)
-                try await deliver(
-                    batch, into: &motion, reasons: &reasons, field: "samples", first: nil,
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await publishMotion($0, bus: bus) }
+                pendingActivities = (batch, Task { [device] in try await Self.publishMotion(batch, device: device, bus: bus) })
             }
             // And its visits, as visits.
             var stays = Tally()
@@ -155,8 +171,9 @@ struct Import: AsyncParsableCommand {
                 stoppedBy = error
             }
             if !batch.isEmpty { try await send(batch) }
-            try await settle()
+            while !pending.isEmpty { try await settle() }
             if !activities.isEmpty { try await sendActivities() }
+            try await settleActivities()
             if !visits.isEmpty { try await sendVisits() }
             progress.finish()
             if let stoppedBy {
@@ -177,6 +194,9 @@ struct Import: AsyncParsableCommand {
         }
         return failed
     }
+
+    /// Two: ingest parses one while it journals the other.
+    static let batchesInFlight = 2
 
     struct Tally {
         var accepted = 0, duplicates = 0, refused = 0
@@ -242,19 +262,32 @@ struct Import: AsyncParsableCommand {
         return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
-    private func publishMotion(_ activities: [TrackReader.Activity], bus: BusClient) async throws -> PublishReply {
-        let samples = activities.map { activity in
-            JSONValue.object([
-                "start": .string(RFC3339.format(activity.time)), "activity": .string(activity.activity.rawValue),
-                "confidence": .string(activity.confidence.rawValue),
-            ])
+    private static func publishMotion(_ activities: [TrackReader.Activity], device: String, bus: BusClient) async throws -> PublishReply {
+        var body = JSONWriter(capacity: 64 + activities.count * 100)
+        body.beginObject()
+        body.key("op"); body.string("publish_motion")
+        body.key("device"); body.string(device)
+        body.key("samples")
+        body.beginArray()
+        for activity in activities {
+            body.beginObject()
+            body.key("start"); body.date(activity.time)
+            body.key("activity"); body.string(activity.activity.rawValue)
+            body.key("confidence"); body.string(activity.confidence.rawValue)
+            body.endObject()
         }
-        let body = JSONValue.object(["op": .string("publish_motion"), "device": .string(device), "samples": .array(samples)])
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.encoded, timeout: .seconds(30))
+        body.endArray()
+        body.endObject()
+        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
         return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
-    private static func publish(_ points: [TrackPoint], device: String, bus: BusClient) async throws -> PublishReply {
+    private static func publish(_ points: [TrackPoint], device: String, over channel: PipelinedRequester) async throws -> PublishReply {
+        let reply = try await channel.request(publishBody(points, device: device), timeout: .seconds(30))
+        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
+    }
+
+    private static func publishBody(_ points: [TrackPoint], device: String) -> [UInt8] {
         var body = JSONWriter(capacity: 64 + points.count * 120)
         body.beginObject()
         body.key("op"); body.string("publish")
@@ -264,8 +297,7 @@ struct Import: AsyncParsableCommand {
         for point in points { point.writeNative(to: &body) }
         body.endArray()
         body.endObject()
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
-        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
+        return body.bytes
     }
 }
 

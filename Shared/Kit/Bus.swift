@@ -137,7 +137,14 @@ public final class Publisher: Sendable {
     private let run = UInt64.random(in: 0...UInt64.max)
     private let loop: ZMQLoop
     private let socket: ZMQLoop.SocketID
-    private let seq = Mutex<UInt64>(0)
+    private let state = Mutex(State())
+
+    private struct State {
+        var seq: UInt64 = 0
+        /// The last topic published, validated and encoded: a journal's records come in runs of
+        /// one type and device.
+        var topic: (type: String, device: String?, bytes: [UInt8])?
+    }
 
     /// Publishes on `socket`, a PUB socket owned by `loop`.
     public init(source: String, loop: ZMQLoop, socket: ZMQLoop.SocketID) {
@@ -148,7 +155,7 @@ public final class Publisher: Sendable {
     }
 
     /// The header `seq` of the last message published.
-    public var lastSeq: UInt64 { seq.withLock { $0 } }
+    public var lastSeq: UInt64 { state.withLock { $0.seq } }
 
     /// Publishes `payload` as `type[.device]`. `id` should be derived from the event's inputs
     /// for derived events, so that re-processing yields the same id.
@@ -173,17 +180,24 @@ public final class Publisher: Sendable {
     public func publish(
         _ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date = Date(), logSeq: UInt64? = nil
     ) throws -> EnvelopeHeader {
-        guard Topic.isValidType(type) else { throw PublishError.invalidType(type) }
-        if let device, !DeviceID.isValid(device) { throw PublishError.invalidDevice(device) }
         if let id, !id.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
             throw PublishError.encoding("event id must be printable ASCII without quotes")
         }
-        let topic = Array(Topic.make(type, device: device).utf8)
         // Numbering and queueing happen under one lock so that seq order is send order.
-        return seq.withLock { seq in
-            seq += 1
+        return try state.withLock { state throws(PublishError) in
+            let topic: [UInt8]
+            if let last = state.topic, last.type == type, last.device == device {
+                topic = last.bytes
+            } else {
+                guard Topic.isValidType(type) else { throw PublishError.invalidType(type) }
+                if let device, !DeviceID.isValid(device) { throw PublishError.invalidDevice(device) }
+                topic = Array(Topic.make(type, device: device).utf8)
+                state.topic = (type, device, topic)
+            }
+            state.seq += 1
             let header = EnvelopeHeader(
-                id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time, logSeq: logSeq)
+                id: id ?? EventID.make(run: run, seq: state.seq), type: type, source: source, seq: state.seq, epoch: epoch, time: time,
+                logSeq: logSeq)
             loop.send([topic, header.encoded(), payloadJSON], on: socket)
             return header
         }

@@ -1,3 +1,4 @@
+import DrivebusJournal
 import DrivebusSchema
 import DrivebusSettings
 import DrivebusZMQ
@@ -30,11 +31,15 @@ public struct ServiceParts: Sendable {
     public var ready: @Sendable () -> Bool
     /// What the service counts, for the heartbeat (and so `/metrics`).
     public var counters: @Sendable () -> [String: UInt64]
+    /// RPC ops whose requests are numbered as they arrive (see `ArrivalOrder`).
+    public var ordered: (ops: Set<String>, order: ArrivalOrder)?
 
     public init(
         services: [any Service] = [], rpc: [String: RPCHandler] = [:], lastSeq: @escaping @Sendable () -> [String: UInt64] = { [:] },
-        ready: @escaping @Sendable () -> Bool = { true }, counters: @escaping @Sendable () -> [String: UInt64] = { [:] }
+        ready: @escaping @Sendable () -> Bool = { true }, counters: @escaping @Sendable () -> [String: UInt64] = { [:] },
+        ordered: (ops: Set<String>, order: ArrivalOrder)? = nil
     ) {
+        self.ordered = ordered
         self.services = services
         self.rpc = rpc
         self.lastSeq = lastSeq
@@ -137,7 +142,7 @@ public enum ServiceRunner {
 
         var handlers = parts.rpc
         handlers["health"] = { _ in RPC.encode(RPCReply.success(status.health())) }
-        let rpc = RPCService(loop: bus.loop, socket: rpcSocket, requests: requests, handlers: handlers, logger: logger)
+        let rpc = RPCService(loop: bus.loop, socket: rpcSocket, requests: requests, handlers: handlers, ordered: parts.ordered, logger: logger)
         let heartbeat = HeartbeatService(
             publisher: publisher, interval: .milliseconds(Int(config.heartbeatIntervalS * 1000)), status: status, logger: logger)
 
@@ -228,13 +233,19 @@ struct RPCService: Service {
     let socket: ZMQLoop.SocketID
     let requests: AsyncStream<ZMQRequest>
     let handlers: [String: RPCHandler]
+    let ordered: (ops: Set<String>, order: ArrivalOrder)?
     let logger: Logger
 
     func run() async {
         await withDiscardingTaskGroup { group in
             for await request in requests.cancelOnGracefulShutdown() {
+                // Numbered here, where requests are still in the order they arrived.
+                let number = ordered.flatMap { ordered in
+                    RPCRequestHead.op(of: request.body).flatMap { ordered.ops.contains($0) ? ordered.order.number() : nil }
+                }
                 group.addTask {
-                    let reply = await dispatch(request.body)
+                    let reply = await ArrivalOrder.$current.withValue(number) { await dispatch(request.body) }
+                    if let number { ordered?.order.leave(number) }
                     loop.reply(to: request, with: reply, on: socket)
                 }
             }

@@ -87,19 +87,22 @@ public enum EventID {
     public static func make(run: UInt64, seq: UInt64) -> String {
         let high = (run & ~0xF000) | 0x8000  // version 8 in bits 48–51 of the first half
         let low = (seq & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000  // variant 10
-        var hex = [UInt8]()
-        hex.reserveCapacity(36)
-        let digits = Array("0123456789abcdef".utf8)
-        for (value, groups) in [(high, [8, 4, 4]), (low, [4, 12])] {
-            var shift = 64
-            for group in groups {
-                if !hex.isEmpty { hex.append(UInt8(ascii: "-")) }
-                for _ in 0..<group {
-                    shift -= 4
-                    hex.append(digits[Int((value >> UInt64(shift)) & 0xF)])
+        // Written in place: this is on every message a service publishes.
+        return String(unsafeUninitializedCapacity: 36) { out in
+            var at = 0
+            func hex(_ value: UInt64, from: Int, count: Int) {
+                for position in stride(from: from - 4, through: from - 4 * count, by: -4) {
+                    let digit = UInt8((value >> UInt64(position)) & 0xF)
+                    out[at] = digit < 10 ? 48 + digit : 87 + digit
+                    at += 1
                 }
             }
+            hex(high, from: 64, count: 8); out[at] = 45; at += 1
+            hex(high, from: 32, count: 4); out[at] = 45; at += 1
+            hex(high, from: 16, count: 4); out[at] = 45; at += 1
+            hex(low, from: 64, count: 4); out[at] = 45; at += 1
+            hex(low, from: 48, count: 12)
+            return at
         }
-        return String(decoding: hex, as: UTF8.self)
     }
 }

@@ -34,6 +34,7 @@ final class LocationHistoryReader: FormatReader {
             nextPending = 0
             guard let element = try scanner.next() else { return nil }
             let location = "\(element.key)[\(element.index)]"
+            if element.key == "locations", PlainRecord.read(element.bytes, location: location, into: &pending) { continue }
             let value: JSONValue
             do { value = try JSONValue.parse(element.bytes) } catch {
                 throw TrackFormatError(location: location, message: "not valid JSON: \(error)")
@@ -224,10 +225,12 @@ final class LocationHistoryReader: FormatReader {
 
     // MARK: Values
 
+    /// E7 values beyond ±90°/±180° are 2³² too large (a known fault of older exports).
+    static func unwrapE7(_ value: Double) -> Double { value > 2_147_483_647 ? value - 4_294_967_296 : value }
+
     static func e7(_ object: [String: JSONValue], _ latKey: String, _ lonKey: String, _ location: String) throws(TrackFormatError) -> (lat: Double, lon: Double)? {
         guard let rawLat = try number(object[latKey], latKey, location), let rawLon = try number(object[lonKey], lonKey, location) else { return nil }
-        func unwrap(_ value: Double) -> Double { value > 2_147_483_647 ? value - 4_294_967_296 : value }
-        let lat = unwrap(rawLat) / 1e7, lon = unwrap(rawLon) / 1e7
+        let lat = unwrapE7(rawLat) / 1e7, lon = unwrapE7(rawLon) / 1e7
         guard abs(lat) <= 90 else { throw TrackFormatError(location: location, message: "\(latKey) \(rawLat) is not a latitude") }
         guard abs(lon) <= 180 else { throw TrackFormatError(location: location, message: "\(lonKey) \(rawLon) is not a longitude") }
         return (lat, lon)
@@ -318,6 +321,24 @@ final class ElementScanner {
         self.maxElementBytes = maxElementBytes
     }
 
+    /// Runs over the bytes that change nothing: inside a string that is not a top-level key, all
+    /// but quotes and backslashes; inside an element, all but quotes, brackets and braces. Most
+    /// of a file is such bytes, so this loop is most of the scanner's time.
+    private func skipPlainBytes() {
+        guard !escaped, keyBytes == nil, inString || depth > elementDepth else { return }
+        let inString = inString
+        position = buffer.withUnsafeBufferPointer { bytes in
+            var index = position
+            while index < bytes.count {
+                let byte = bytes[index]
+                if byte == UInt8(ascii: "\"") || byte == UInt8(ascii: "\\") { break }
+                if !inString, byte == UInt8(ascii: "{") || byte == UInt8(ascii: "}") || byte == UInt8(ascii: "[") || byte == UInt8(ascii: "]") { break }
+                index += 1
+            }
+            return index
+        }
+    }
+
     private func failure(_ message: String) -> TrackFormatError {
         TrackFormatError(location: array.map { "\($0.key)[\($0.index)]" } ?? "byte \(offset + position)", message: message)
     }
@@ -340,6 +361,8 @@ final class ElementScanner {
                     return nil
                 }
             }
+            skipPlainBytes()
+            if position == buffer.count { continue }
             let byte = buffer[position]
             position += 1
             if inString {

@@ -1,3 +1,4 @@
+import Synchronization
 import CZMQ
 import Glibc
 
@@ -151,5 +152,118 @@ extension ZMQLoop {
                 }
             }
         }
+    }
+}
+
+/// Requests to one ROUTER peer over a single DEALER connection, several in flight: they arrive
+/// in the order they were sent (one connection is one queue), and each answer is matched to its
+/// request by a number the peer's ROUTER hands back in the envelope. `ZMQLoop.request` opens a
+/// connection per request instead, and two of those may overtake each other.
+public final class PipelinedRequester: @unchecked Sendable {
+    /// An answer to come.
+    public final class Answer: Sendable {
+        private enum State {
+            case waiting(CheckedContinuation<[UInt8], any Error>?)
+            case done(Result<[UInt8], any Error>)
+        }
+        private let state = Mutex(State.waiting(nil))
+
+        /// Waits for the answer (or the error: timeout, loop stopped).
+        public var value: [UInt8] {
+            get async throws {
+                try await withCheckedThrowingContinuation { continuation in
+                    let done = state.withLock { state -> Result<[UInt8], any Error>? in
+                        if case .done(let result) = state { return result }
+                        state = .waiting(continuation)
+                        return nil
+                    }
+                    if let done { continuation.resume(with: done) }
+                }
+            }
+        }
+
+        fileprivate func finish(_ result: Result<[UInt8], any Error>) {
+            let waiter = state.withLock { state -> CheckedContinuation<[UInt8], any Error>? in
+                guard case .waiting(let waiter) = state else { return nil }
+                state = .done(result)
+                return waiter
+            }
+            waiter?.resume(with: result)
+        }
+    }
+
+    // Touched only on the loop's thread.
+    private var socket: ZMQLoop.SocketID?
+    private var waiting: [UInt64: Answer] = [:]
+    private var nextID: UInt64 = 0
+    private let loop: ZMQLoop
+    private let endpoint: ZMQEndpoint
+
+    public init(loop: ZMQLoop, endpoint: ZMQEndpoint) {
+        self.loop = loop
+        self.endpoint = endpoint
+    }
+
+    /// Queues `body` to be sent after every request queued before it, and returns at once; its
+    /// answer comes within `timeout` or fails.
+    public func send(_ body: [UInt8], timeout: Duration) -> Answer {
+        let answer = Answer()
+        loop.executeOrFail { [self] io in
+            guard let io else { return answer.finish(.failure(ZMQLoop.LoopError.stopped)) }
+            do {
+                let socket = try open(io)
+                nextID += 1
+                let id = nextID
+                guard try io.socket(socket)?.send([withUnsafeBytes(of: id.littleEndian) { Array($0) }, [], body]) == true else {
+                    throw ZMQError(errno: EAGAIN, operation: "request", endpoint: endpoint.address)
+                }
+                waiting[id] = answer
+                io.schedule(after: timeout) { [self] in
+                    waiting.removeValue(forKey: id)?.finish(.failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address)))
+                }
+            } catch {
+                answer.finish(.failure(error))
+            }
+        }
+        return answer
+    }
+
+    /// Sends `body` and waits up to `timeout` for its answer.
+    public func request(_ body: [UInt8], timeout: Duration) async throws -> [UInt8] {
+        try await send(body, timeout: timeout).value
+    }
+
+    /// Closes the connection; requests still waiting fail.
+    public func close() {
+        loop.executeOrFail { [self] io in
+            if let socket, let io { io.close(socket) }
+            socket = nil
+        }
+    }
+
+    private func open(_ io: ZMQLoop.IO) throws -> ZMQLoop.SocketID {
+        if let socket { return socket }
+        let dealer = try ZMQSocket(io.context, .dealer)
+        if let curve = endpoint.curve { try dealer.setCurve(curve) }
+        try dealer.connect(endpoint.address)
+        let id = io.register(
+            dealer,
+            onReadable: { [self] socket in
+                for _ in 0..<ZMQLoop.drainBatch {
+                    // [request number, "", answer]; an answer to a request that timed out is dropped.
+                    guard let message = try? socket.receive() else { return }
+                    guard message.count == 3, message[0].count == 8, message[1].isEmpty else { continue }
+                    let id = UInt64(littleEndian: message[0].withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) })
+                    waiting.removeValue(forKey: id)?.finish(.success(message[2]))
+                }
+            },
+            onClose: { [self] in
+                let stranded = waiting
+                waiting = [:]
+                for answer in stranded.values { answer.finish(.failure(ZMQLoop.LoopError.stopped)) }
+            }
+        )
+        socket = id
+        return id
     }
 }

@@ -28,7 +28,7 @@ struct IngestHarness {
     static let token = "car-token-0123456789"
     static let osmandIDs = ["48241179", "658765", "8737767034", "123456", "902064", "353861053849681", "861001000719969", "123456789012345"]
 
-    init(now: Date = Date()) throws {
+    init(now: Date = Date(), arrivalOrder: ArrivalOrder? = nil) throws {
         var config = DrivebusConfig.defaults(workingDirectory: "/")
         config.devices = [
             .init(id: "car", token: Self.token, allowIDAuth: false, home: nil),
@@ -36,7 +36,7 @@ struct IngestHarness {
         ] + Self.osmandIDs.map { .init(id: $0, token: nil, allowIDAuth: true, home: nil) }
         let published = published
         journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
-        handler = IngestHandler(config: config, journal: journal, now: { now })
+        handler = IngestHandler(config: config, journal: journal, arrivalOrder: arrivalOrder, now: { now })
     }
 
     func send(_ method: String, _ path: String, query: String = "", headers: [String: String] = ["Authorization": "Bearer \(Self.token)"], body: String = "") async -> IngestResponse {
@@ -74,6 +74,28 @@ struct IngestHarness {
         // Dedup survives the restart.
         #expect(try await reopened.append([fix(2), fix(9)]) == [.duplicate, .journaled(seq: 6)])
         reopened.shutdown()
+    }
+
+    /// The writer numbers fixes and motion samples by splicing the seq into a payload encoded
+    /// before: the bytes must be those of encoding the numbered record.
+    @Test func numberedPayloadsAreTheRecordsEncodedWithTheirSeq() async throws {
+        let dir = TempDir()
+        let published = Published()
+        let journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        var fix = Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000.25), lat: 48.5, lon: -16.25, source: .api)
+        fix.accuracyM = 5
+        fix.speedMps = 12.5
+        fix.meta = ["note": #"say "seq":18446744073709551615"#]
+        let sample = MotionSample(device: "car", start: Date(timeIntervalSince1970: 1_700_000_001), activity: .walking, confidence: .high, source: .api)
+        let filler = (0..<9).map { self.fix($0) }
+        #expect(try await journal.append(filler + [JournalRecord(.fix(fix)), JournalRecord(.motion(sample))]).last == .journaled(seq: 11))
+        fix.seq = 10
+        var numbered = sample
+        numbered.seq = 11
+        #expect(published.all[9].payload == BusJSON.encode(fix))
+        #expect(published.all[10].payload == (try BusJSON.encode(numbered)))
+        #expect(try BusJSON.decode(Fix.self, from: published.all[9].payload) == fix)
+        journal.shutdown()
     }
 
     /// JSON has one zero: a fix at -0.0 is journaled as 0, and its re-send after a restart is
@@ -459,6 +481,37 @@ struct IngestHarness {
         } catch let error as IngestError {
             return (harness.published.fixes, "\(error.code) \(error.field ?? "")")
         }
+    }
+
+    /// A local tool's batches are journaled in the order they arrived (their numbers), though
+    /// the later one was parsed first.
+    @Test func localBatchesAreJournaledInArrivalOrder() async throws {
+        let order = ArrivalOrder()
+        let harness = try IngestHarness(now: date("2025-05-02T00:00:00Z"), arrivalOrder: order)
+        let handler = harness.handler
+        func batch(_ minute: Int) -> [UInt8] {
+            Array(#"{"op":"publish","device":"car","fixes":[{"lat":48.2,"lon":16.37,"time":"2025-05-01T10:0\#(minute):00Z"}]}"#.utf8)
+        }
+        let first = order.number(), second = order.number()
+        let later = Task {
+            try await ArrivalOrder.$current.withValue(second) { try await handler.publishLocal(body: batch(2)) }
+        }
+        #expect(await eventually { order.waiting == 1 }, "the second batch waits for the first")
+        #expect(harness.journal.lastSeq == 0)
+        _ = try await ArrivalOrder.$current.withValue(first) { try await handler.publishLocal(body: batch(1)) }
+        order.leave(first)
+        _ = try await later.value
+        order.leave(second)
+        func journaledMinutes() throws -> [Int] {
+            try harness.journal.replay(fromSeq: 1, limit: 10).map { Int(try BusJSON.decode(Fix.self, from: $0.payload).time.timeIntervalSince1970) / 60 % 60 }
+        }
+        #expect(try journaledMinutes() == [1, 2])
+        // A number that left without journaling (a refused batch) holds nothing up.
+        let refused = order.number(), next = order.number()
+        order.leave(refused)
+        _ = try await ArrivalOrder.$current.withValue(next) { try await handler.publishLocal(body: batch(3)) }
+        order.leave(next)
+        #expect(try journaledMinutes() == [1, 2, 3])
     }
 
     @Test func aPlainBatchIsStoredAsTheGeneralPathStoresIt() async throws {

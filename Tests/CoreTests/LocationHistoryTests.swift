@@ -72,6 +72,47 @@ import Testing
         ])
     }
 
+    /// Plain `Records.json` locations are read without a JSON tree; a key written twice (with
+    /// the same value) sends an element down the general path. Both must give the same events.
+    @Test func plainAndGeneralRecordsReadTheSame() throws {
+        let elements = [
+            #""latitudeE7": 481234567, "longitudeE7": 163456789, "accuracy": 12, "velocity": 3.5, "heading": 90, "altitude": -12.25, "timestamp": "2019-05-01T10:00:00.500Z""#,
+            #""latitudeE7": 4294967296, "longitudeE7": -1, "timestamp": "2019-05-01T10:03:00+02:00", "source": "GPS", "platformType": "ANDROID""#,
+            #""latitudeE7": 481234567, "longitudeE7": 163456789, "activity": [{"timestamp": "2019-05-01T10:00:01Z", "activity": [{"type": "WALKING", "confidence": 40}, {"type": "IN_VEHICLE", "confidence": 55}, {"type": "TILTING", "confidence": 99}, {"type": "STILL", "confidence": 55}]}, {"activity": [{"type": "ON_BICYCLE"}]}, {"timestamp": "2019-05-01T10:00:09Z"}], "timestamp": "2019-05-01T10:00:00Z""#,
+            #""latitudeE7": -338567890, "longitudeE7": 1512150000, "verticalAccuracy": 3, "deviceDesignation": {"nested": [1, 2, {"x": null}]}, "timestampMs": "1556704860000", "activity": [{"timestampMs": "1556704861000", "activity": [{"type": "ON_FOOT", "confidence": 75}]}, {"activity": [{"type": "STILL", "confidence": 50}]}]"#,
+            #""latitudeE7": 1, "longitudeE7": 2, "timestampMs": "1556704870000", "timestamp": "2019-05-01T10:01:11Z""#,
+        ]
+        func file(_ bodies: [String]) -> String { #"{"locations": ["# + bodies.map { "{\($0)}" }.joined(separator: ", ") + "]}" }
+        func events(_ text: String) throws -> [TrackReader.Event] {
+            let reader = TrackReader(format: .locationHistory, bytes: Array(text.utf8))
+            var out: [TrackReader.Event] = []
+            while let event = try reader.next() { out.append(event) }
+            return out
+        }
+        let plain = try events(file(elements))
+        let general = try events(file(elements.map { $0 + #", "latitudeE7": "# + $0.split(separator: ",")[0].split(separator: ":")[1] }))
+        #expect(plain == general)
+        #expect(plain.count == 9)
+        // The likeliest of each reading, the first of equals; a reading without a time takes
+        // its location's; one without candidates is skipped.
+        #expect(plain.compactMap { if case .activity(let a) = $0 { a } else { nil } } == [
+            TrackReader.Activity(time: RFC3339.parse("2019-05-01T10:00:01Z")!, activity: .automotive, confidence: .medium, location: "locations[2].activity[0]"),
+            TrackReader.Activity(time: RFC3339.parse("2019-05-01T10:00:00Z")!, activity: .cycling, confidence: .low, location: "locations[2].activity[1]"),
+            // Epoch milliseconds, of old exports, the reading's own or else its location's.
+            TrackReader.Activity(time: Date(timeIntervalSince1970: 1_556_704_861), activity: .walking, confidence: .high, location: "locations[3].activity[0]"),
+            TrackReader.Activity(time: Date(timeIntervalSince1970: 1_556_704_860), activity: .stationary, confidence: .medium, location: "locations[3].activity[1]"),
+        ])
+        // `timestamp` goes before `timestampMs`.
+        if case .point(let point) = plain[8] { #expect(point.time == RFC3339.parse("2019-05-01T10:01:11Z")) } else { Issue.record("expected a point last") }
+        if case .point(let point) = plain[0] {
+            var expected = TrackReader.Point(time: RFC3339.parse("2019-05-01T10:00:00.500Z"), lat: 48.1234567, lon: 16.3456789, elevationM: -12.25, speedMps: 3.5, courseDeg: 90, location: "locations[0]")
+            expected.accuracyM = 12
+            #expect(point == expected)
+        } else {
+            Issue.record("expected a point first")
+        }
+    }
+
     @Test func semanticLocationHistoryGivesTheTimedPointsOfActivitySegments() throws {
         let month = """
             {"timelineObjects": [

@@ -105,6 +105,34 @@ struct Messages {
         await client.shutdown()
     }
 
+    /// Pipelined requests go over one connection: the server sees them in the order sent, and
+    /// each caller gets its own answer though the server answers last to first.
+    @Test func pipelinedRequestsArriveInOrderAndAnswersFindTheirCallers() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/svc.rpc")
+        let server = ZMQLoop(name: "server")
+        let client = ZMQLoop(name: "client")
+        let (requests, socket) = try await server.serveRequests(endpoint)
+        let count = 40
+        let serving = Task {
+            var arrived: [ZMQRequest] = []
+            for await request in requests {
+                arrived.append(request)
+                guard arrived.count == count else { continue }
+                for request in arrived.reversed() { server.reply(to: request, with: Array("echo:".utf8) + request.body, on: socket) }
+                return arrived.map { String(decoding: $0.body, as: UTF8.self) }
+            }
+            return []
+        }
+        let channel = PipelinedRequester(loop: client, endpoint: endpoint)
+        let answers = (0..<count).map { channel.send(Array("n\($0)".utf8), timeout: .seconds(10)) }
+        for (index, answer) in answers.enumerated() { #expect(String(decoding: try await answer.value, as: UTF8.self) == "echo:n\(index)") }
+        #expect(await serving.value == (0..<count).map { "n\($0)" })
+        channel.close()
+        await server.shutdown()
+        await client.shutdown()
+    }
+
     @Test func requestToNobodyTimesOutWithATypedError() async throws {
         let dir = TempDir()
         let loop = ZMQLoop(name: "client")

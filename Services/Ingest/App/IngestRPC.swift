@@ -15,6 +15,10 @@ struct IngestRPC {
 
     static let maxReplay = 10_000
 
+    /// A local tool's batches: parsed concurrently, journaled in the order they arrived, so an
+    /// import may send its next batch before the last is answered.
+    static let ordered: Set<String> = ["publish", "publish_motion", "publish_visits"]
+
     var handlers: [String: RPCHandler] {
         let journal = journal, handler = handler
         return [

@@ -23,9 +23,10 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     let registry = DeviceRegistry(layout: config.layout)
     var entries: [DeviceRegistry.Entry] = []
     do { entries = try registry.load() } catch { logger.error("devices added with `drivebus device` are not loaded: \(error)") }
+    let arrivalOrder = ArrivalOrder()
     let handler = IngestHandler(
         config: config, devices: config.devices(with: entries), latestDevices: { (try? registry.load()).map(config.devices(with:)) },
-        tokenDigest: TokenDigest.sha256, journal: journal)
+        tokenDigest: TokenDigest.sha256, journal: journal, arrivalOrder: arrivalOrder)
     let listen = config.ingest.listen
     let http = Application(
         router: makeIngestRouter(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
@@ -37,7 +38,8 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
         services: [JournalCloser(journal: journal), DeviceWatcher(registry: registry, config: config, handler: handler, logger: logger), http],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
         lastSeq: { ["journal": journal.lastSeq] },
-        counters: { handler.droppedReadings.snapshot }
+        counters: { handler.droppedReadings.snapshot },
+        ordered: (IngestRPC.ordered, arrivalOrder)
     )
 }
 

@@ -73,6 +73,8 @@ public final class IngestHandler: Sendable {
     private let parsers: ClientParsers
     private let journal: Journal
     private let motion = MotionChanges()
+    /// Local tools' batches reach the journal in the order they arrived (see `ArrivalOrder`).
+    private let arrivalOrder: ArrivalOrder?
     /// Readings left out of fixes, for the heartbeat's counters and `/metrics`.
     public let droppedReadings = DroppedReadings()
     /// The open driving-school session of each device, so that a stop can name it. After a
@@ -87,8 +89,9 @@ public final class IngestHandler: Sendable {
     public init(
         config: DrivebusConfig, devices: [DrivebusConfig.Device]? = nil, latestDevices: (@Sendable () -> [DrivebusConfig.Device]?)? = nil,
         tokenDigest: @escaping @Sendable ([UInt8]) -> [UInt8] = { _ in [] },
-        journal: Journal, now: @escaping @Sendable () -> Date = { Date() }
+        journal: Journal, arrivalOrder: ArrivalOrder? = nil, now: @escaping @Sendable () -> Date = { Date() }
     ) {
+        self.arrivalOrder = arrivalOrder
         directory = Mutex(DeviceDirectory(devices ?? config.devices, digest: tokenDigest))
         self.tokenDigest = tokenDigest
         self.latestDevices = latestDevices
@@ -313,9 +316,13 @@ public final class IngestHandler: Sendable {
     @discardableResult
     private func store(_ records: [JournalRecord]) async throws(IngestError) -> [Journal.Outcome] {
         guard !records.isEmpty else { return [] }
+        // Parsed concurrently, queued for the journal in arrival order: a request numbered by
+        // the RPC service waits here for the ones before it.
+        let turn = arrivalOrder.flatMap { order in ArrivalOrder.current.map { (order, $0) } }
+        if let (order, number) = turn { await order.turn(number) }
         let (kept, changes) = motion.filter(records)
         do {
-            let outcomes = try await journal.append(kept)
+            let outcomes = try await journal.append(kept) { if let (order, number) = turn { order.leave(number) } }
             motion.commit(changes)
             return outcomes
         } catch .overloaded {
