@@ -7,8 +7,10 @@ import IngestCore
 /// (synthetic, 1 Hz drives in the published shape: E7 integers, both timestamp forms, activity
 /// arrays) to a temporary file, then reads it back through the streaming reader that
 /// `drivebus import` uses, and reports points/s and the process's peak RSS. The reader alone,
-/// in-core; the journal and ingest are `drivebus-bench ingest`'s.
-struct ImportBench: ParsableCommand {
+/// in-core. With `--system`, the file is then imported for real: `drivebus import` into release
+/// `drivebus-bus` and `drivebus-ingest` in a temporary state directory, timed from the command's
+/// start to its exit, with each process's CPU and peak memory.
+struct ImportBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "import", abstract: "Read a generated Takeout Records.json.")
 
     @Option(help: "The size of the generated file, in MB.")
@@ -17,7 +19,10 @@ struct ImportBench: ParsableCommand {
     @Option(help: "Where to write it (default: a temporary file, removed afterwards).")
     var file: String?
 
-    func run() throws {
+    @Flag(help: "Also import the file with `drivebus import` into release drivebus-bus and drivebus-ingest.")
+    var system = false
+
+    func run() async throws {
         let path = file ?? NSTemporaryDirectory() + "drivebus-records-\(ProcessInfo.processInfo.processIdentifier).json"
         defer { if file == nil { try? FileManager.default.removeItem(atPath: path) } }
         let written = try Self.generate(path: path, bytes: megabytes << 20)
@@ -31,6 +36,42 @@ struct ImportBench: ParsableCommand {
             "name": "import.records_json", "bytes": written.bytes, "points": points, "generated_points": written.points,
             "points_per_s": Int(Double(points) / elapsed), "mb_per_s": (Double(written.bytes) / 1_048_576 / elapsed * 10).rounded() / 10,
             "peak_rss_mb": Self.peakRSSMegabytes() ?? -1,
+        ])
+        if system { try await importThroughIngest(path: path, generatedPoints: written.points) }
+    }
+
+    private func importThroughIngest(path: String, generatedPoints: Int) async throws {
+        let bench = try await BenchSystem(services: [.bus, .ingest], extraConfig: "")
+        defer { bench.stop() }
+        let cli = Process()
+        cli.executableURL = URL(fileURLWithPath: BenchSystem.binDirectory + "/drivebus")
+        cli.arguments = ["import", "--config", bench.configPath, "--device", "bench", path]
+        let output = Pipe()
+        cli.standardOutput = output
+        let cpuBefore = bench.cpuSeconds()
+        let started = ContinuousClock.now
+        let exited: Void = await withCheckedContinuation { continuation in
+            cli.terminationHandler = { _ in continuation.resume() }
+            do { try cli.run() } catch { continuation.resume() }
+        }
+        _ = exited
+        let elapsed = seconds(started.duration(to: .now))
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        guard cli.terminationStatus == 0, printed.contains(" \(generatedPoints) imported") else {
+            throw ValidationError("drivebus import did not import all \(generatedPoints) points:\n\(printed)")
+        }
+        // The only child waited for so far: RUSAGE_CHILDREN's peak is the importer's.
+        var usage = rusage()
+        getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
+        let cpuAfter = bench.cpuSeconds()
+        report([
+            "name": "import.system", "points": generatedPoints, "elapsed_s": (elapsed * 100).rounded() / 100,
+            "points_per_s": Int(Double(generatedPoints) / elapsed),
+            "cpu_s": cpuAfter.reduce(into: ["drivebus": (Double(usage.ru_utime.tv_sec) + Double(usage.ru_stime.tv_sec)
+                                                         + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6)]) {
+                $0[$1.key] = (($1.value - (cpuBefore[$1.key] ?? 0)) * 100).rounded() / 100
+            },
+            "peak_rss_mb": bench.peakRSSMegabytes().merging(["drivebus": (Double(usage.ru_maxrss) / 1024 * 10).rounded() / 10]) { a, _ in a },
         ])
     }
 
@@ -64,9 +105,9 @@ struct ImportBench: ParsableCommand {
         return (total, points)
     }
 
-    /// VmHWM from /proc/self/status.
-    static func peakRSSMegabytes() -> Double? {
-        guard let status = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8),
+    /// VmHWM from /proc/self/status (or another process's).
+    static func peakRSSMegabytes(status path: String = "/proc/self/status") -> Double? {
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8),
               let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
               let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
         else { return nil }

@@ -93,9 +93,8 @@ final class BenchSystem {
         let path = directory + "/drivebus.yaml"
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         config = try DrivebusConfig.parse(yaml: yaml)
-        let binDirectory = URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]).deletingLastPathComponent().path
         for service in services {
-            processes.append(try Process.run(URL(fileURLWithPath: binDirectory + "/" + service.executable), arguments: ["--config", path]))
+            processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", path]))
         }
         while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
             try await Task.sleep(for: .milliseconds(50))
@@ -108,6 +107,21 @@ final class BenchSystem {
             }
         }
         await client.shutdown()
+    }
+
+    /// Where drivebus-bench is, and the executables built with it.
+    static var binDirectory: String {
+        URL(fileURLWithPath: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0])
+            .deletingLastPathComponent().path
+    }
+
+    var configPath: String { directory + "/drivebus.yaml" }
+
+    /// Each process's peak resident memory so far (VmHWM), in MB, by executable name.
+    func peakRSSMegabytes() -> [String: Double] {
+        Dictionary(uniqueKeysWithValues: processes.map {
+            ($0.executableURL!.lastPathComponent, ImportBench.peakRSSMegabytes(status: "/proc/\($0.processIdentifier)/status") ?? -1)
+        })
     }
 
     /// CPU seconds (user + system) each process has used so far, by executable name.

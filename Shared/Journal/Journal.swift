@@ -89,7 +89,7 @@ public final class Journal: Sendable {
             var payload = [UInt8]()
             payload.reserveCapacity(bytes.count)
             payload.append(contentsOf: bytes[..<digits.lowerBound])
-            payload.append(contentsOf: String(seq).utf8)
+            payload.appendDecimal(seq)
             payload.append(contentsOf: bytes[digits.upperBound...])
             return payload
         }

@@ -46,7 +46,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         var out = [UInt8]()
         out.reserveCapacity(160 + type.utf8.count)
         out.append(contentsOf: #"{"v":"#.utf8)
-        out.append(contentsOf: String(v).utf8)
+        out.appendDecimal(Int64(v))
         out.append(contentsOf: #","id":""#.utf8)
         out.append(contentsOf: id.utf8)
         out.append(contentsOf: #"","type":""#.utf8)
@@ -54,7 +54,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         out.append(contentsOf: #"","source":""#.utf8)
         out.append(contentsOf: source.utf8)
         out.append(contentsOf: #"","seq":"#.utf8)
-        out.append(contentsOf: String(seq).utf8)
+        out.appendDecimal(seq)
         out.append(contentsOf: #","epoch":""#.utf8)
         out.append(contentsOf: epoch.utf8)
         out.append(contentsOf: #"","time":""#.utf8)
@@ -62,7 +62,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         out.append(UInt8(ascii: "\""))
         if let logSeq {
             out.append(contentsOf: #","log_seq":"#.utf8)
-            out.append(contentsOf: String(logSeq).utf8)
+            out.appendDecimal(logSeq)
         }
         out.append(UInt8(ascii: "}"))
         return out

@@ -64,7 +64,7 @@ public struct JSONWriter {
         precondition(value.isFinite, "JSON has no spelling for \(value)")
         separate()
         if value == value.rounded(), abs(value) < 1e15 {
-            bytes.append(contentsOf: String(Int64(value)).utf8)
+            bytes.appendDecimal(Int64(value))
         } else {
             bytes.append(contentsOf: value.description.utf8)
         }
@@ -73,7 +73,7 @@ public struct JSONWriter {
 
     public mutating func number(_ value: UInt64) {
         separate()
-        bytes.append(contentsOf: String(value).utf8)
+        bytes.appendDecimal(value)
         needsComma = true
     }
 
@@ -548,5 +548,26 @@ extension JSONValue {
         var writer = JSONWriter()
         writer.value(self)
         return writer.bytes
+    }
+}
+
+extension [UInt8] {
+    /// Appends `value` in decimal without making a String: integers are in every header and fix.
+    public mutating func appendDecimal(_ value: UInt64) {
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, room for the 20 digits
+        Swift.withUnsafeMutableBytes(of: &digits) { raw in
+            var rest = value, index = raw.count
+            repeat {
+                index -= 1
+                raw[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                rest /= 10
+            } while rest > 0
+            append(contentsOf: raw[index...])
+        }
+    }
+
+    public mutating func appendDecimal(_ value: Int64) {
+        if value < 0 { append(UInt8(ascii: "-")) }
+        appendDecimal(value.magnitude)
     }
 }

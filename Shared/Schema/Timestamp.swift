@@ -24,20 +24,25 @@ public enum RFC3339 {
         let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = msOfDay / 1000
-        append(&out, year, width: 4)
-        out.append(UInt8(ascii: "-"))
-        append(&out, month, width: 2)
-        out.append(UInt8(ascii: "-"))
-        append(&out, day, width: 2)
-        out.append(UInt8(ascii: "T"))
-        append(&out, seconds / 3600, width: 2)
-        out.append(UInt8(ascii: ":"))
-        append(&out, seconds / 60 % 60, width: 2)
-        out.append(UInt8(ascii: ":"))
-        append(&out, seconds % 60, width: 2)
-        out.append(UInt8(ascii: "."))
-        append(&out, msOfDay % 1000, width: 3)
-        out.append(UInt8(ascii: "Z"))
+        // Filled in place: this runs for every message's header and every fix's time.
+        let start = out.count
+        out.append(contentsOf: "0000-00-00T00:00:00.000Z".utf8)
+        out.withUnsafeMutableBufferPointer { buffer in
+            func put(_ value: Int64, at offset: Int, width: Int) {
+                var rest = value
+                for position in stride(from: start + offset + width - 1, through: start + offset, by: -1) {
+                    buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
+                    rest /= 10
+                }
+            }
+            put(year, at: 0, width: 4)
+            put(month, at: 5, width: 2)
+            put(day, at: 8, width: 2)
+            put(seconds / 3600, at: 11, width: 2)
+            put(seconds / 60 % 60, at: 14, width: 2)
+            put(seconds % 60, at: 17, width: 2)
+            put(msOfDay % 1000, at: 20, width: 3)
+        }
     }
 
     /// Parses an RFC 3339 date-time with any offset (`Z`, `+02:00`, `-0530`) and an optional
@@ -128,17 +133,6 @@ public enum RFC3339 {
     private static func floorDivMod(_ a: Int64, _ b: Int64) -> (Int64, Int64) {
         let q = a / b, r = a % b
         return r < 0 ? (q - 1, r + b) : (q, r)
-    }
-
-    private static func append(_ out: inout [UInt8], _ value: Int64, width: Int) {
-        var divisor: Int64 = 1
-        for _ in 1..<width { divisor *= 10 }
-        var rest = value % (divisor * 10)
-        while divisor > 0 {
-            out.append(UInt8(ascii: "0") + UInt8(rest / divisor))
-            rest %= divisor
-            divisor /= 10
-        }
     }
 
     private struct Scanner {

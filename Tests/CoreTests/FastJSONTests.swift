@@ -114,6 +114,19 @@ import Testing
         #expect((try? reader.readUInt64()) == expected)
     }
 
+    @Test func integersAreWrittenExactly() {
+        var writer = JSONWriter()
+        writer.beginArray()
+        for value in [0, -1, 7, -250, 1e15 - 1, -(1e15 - 1)] as [Double] { writer.number(value) }
+        for value in [0, 9, 10, UInt64.max] as [UInt64] { writer.number(value) }
+        writer.endArray()
+        #expect(String(decoding: writer.bytes, as: UTF8.self)
+            == "[0,-1,7,-250,999999999999999,-999999999999999,0,9,10,18446744073709551615]")
+        var bytes: [UInt8] = []
+        bytes.appendDecimal(Int64.min)
+        #expect(String(decoding: bytes, as: UTF8.self) == "-9223372036854775808")
+    }
+
     @Test func eventIDsAreVersion8UUIDsUniquePerSeq() {
         let id = EventID.make(run: 0x0123_4567_89ab_cdef, seq: 1)
         #expect(id == "01234567-89ab-8def-8000-000000000001")
