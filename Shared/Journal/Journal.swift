@@ -557,6 +557,9 @@ struct DedupKey: Hashable, Sendable {
     private let high: UInt64
     private let low: UInt64
 
+    /// Half the key is already a keyed hash of the record: hashing it again whole only costs.
+    func hash(into hasher: inout Hasher) { hasher.combine(high) }
+
     private init(device: String, milliseconds: Int64, a: UInt64, b: UInt64) {
         func digest(_ tag: UInt8) -> UInt64 {
             var hasher = Hasher()
