@@ -168,7 +168,7 @@ public final class PipelinedRequester: @unchecked Sendable {
         }
         private let state = Mutex(State.waiting(nil))
 
-        /// Waits for the answer (or the error: timeout, loop stopped).
+        /// Waits for the answer (or the error: timeout, loop stopped). One waiter: await it once.
         public var value: [UInt8] {
             get async throws {
                 try await withCheckedThrowingContinuation { continuation in
