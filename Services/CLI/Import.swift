@@ -288,16 +288,12 @@ struct Import: AsyncParsableCommand {
     }
 
     private static func publishBody(_ points: [TrackPoint], device: String) -> [UInt8] {
-        var body = JSONWriter(capacity: 64 + points.count * 120)
-        body.beginObject()
-        body.key("op"); body.string("publish")
-        body.key("device"); body.string(device)
-        body.key("fixes")
-        body.beginArray()
-        for point in points { point.writeNative(to: &body) }
-        body.endArray()
-        body.endObject()
-        return body.bytes
+        PackedFixes.encode(device: device, fixes: points.compactMap { point in
+            point.time.map {
+                PackedFixes.Fix(time: $0, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM, altitudeM: point.altitudeM,
+                                speedMps: point.speedMps, courseDeg: point.courseDeg)
+            }
+        })
     }
 }
 

@@ -230,7 +230,9 @@ public final class Journal: Sendable {
     }
 
     private func commit(_ batches: [Pending]) {
-        let before = index.withLock { $0 }
+        // Only the two numbers: a copy of the index would keep its offsets alive, and the
+        // append below would then copy them all.
+        let before = index.withLock { (lastSeq: $0.lastSeq, end: $0.end) }
         var next = before.lastSeq + 1
         var offset = before.end
         var bytes: [UInt8] = []

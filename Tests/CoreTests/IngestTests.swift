@@ -514,6 +514,32 @@ struct IngestHarness {
         #expect(try journaledMinutes() == [1, 2, 3])
     }
 
+    /// `drivebus import`'s binary batches store what the same fixes sent as JSON store, and a
+    /// damaged one is refused naming the place, with nothing stored.
+    @Test func packedBatchesStoreWhatJSONBatchesStore() async throws {
+        let fixes = [
+            PackedFixes.Fix(time: date("2025-05-01T10:00:00.500Z"), lat: 48.2, lon: 16.37, accuracyM: 0, altitudeM: 180.5, speedMps: 12.25, courseDeg: 360),
+            PackedFixes.Fix(time: date("2025-05-01T10:00:01Z"), lat: -0.0, lon: 16.38, speedMps: -1),
+        ]
+        let packed = try IngestHarness(now: date("2025-05-02T00:00:00Z"))
+        let summary = try await packed.handler.publishPacked(body: PackedFixes.encode(device: "car", fixes: fixes))
+        #expect(summary.accepted == 2)
+        // The same fixes as JSON (what `publish` takes; the battery aside, which import never sends).
+        let json = Self.plain.replacingOccurrences(of: #","battery":0.5"#, with: "")
+        #expect(try await stored(json).fixes == packed.published.fixes)
+
+        var damaged = PackedFixes.encode(device: "car", fixes: fixes)
+        damaged.removeLast(3)
+        let refused = try IngestHarness(now: date("2025-05-02T00:00:00Z"))
+        await #expect(throws: IngestError.invalid("fixes[1]", "the body ends inside it")) {
+            _ = try await refused.handler.publishPacked(body: damaged)
+        }
+        await #expect(throws: IngestError.invalid("device", "unknown device \"van\"")) {
+            _ = try await refused.handler.publishPacked(body: PackedFixes.encode(device: "van", fixes: fixes))
+        }
+        #expect(refused.journal.lastSeq == 0)
+    }
+
     @Test func aPlainBatchIsStoredAsTheGeneralPathStoresIt() async throws {
         #expect(NativeBatch.isPlain(Self.plain))
         // The same fixes in a shape only the general path takes: a number as a string.

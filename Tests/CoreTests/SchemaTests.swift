@@ -127,3 +127,42 @@ import Testing
         #expect(throws: RPCErrorBody(code: "c", message: "m")) { try decoded.get() }
     }
 }
+
+/// `drivebus import`'s binary batches: exact both ways, and every damage an error with its place.
+@Suite struct PackedFixesTests {
+    static let fixes = [
+        PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_000.1234), lat: 48.2000012, lon: -16.37, accuracyM: 5, courseDeg: 359.9),
+        PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_001), lat: -0.0, lon: 180),
+        PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_002), lat: 1e-7, lon: 2, accuracyM: 0, altitudeM: -12.25, speedMps: 33.3, courseDeg: 0),
+    ]
+
+    @Test func roundTripsExactly() throws {
+        let body = PackedFixes.encode(device: "car", fixes: Self.fixes)
+        #expect(body.starts(with: Array(#"{"op":"publish_packed","device":"car","count":3}"#.utf8) + [0x0A]))
+        let decoded = try PackedFixes.decode(body)
+        #expect(decoded.device == "car")
+        #expect(decoded.fixes == Self.fixes)
+        #expect(decoded.fixes[1].lat.sign == .minus)
+        #expect(RPCRequestHead.op(of: body) == "publish_packed")
+        #expect(try PackedFixes.decode(PackedFixes.encode(device: "car", fixes: [])).fixes.isEmpty)
+    }
+
+    @Test func damageIsAnErrorNamingThePlace() {
+        let body = PackedFixes.encode(device: "car", fixes: Self.fixes)
+        let head = body.firstIndex(of: 0x0A)! + 1
+        func failure(_ bytes: [UInt8]) -> PackedFixes.Failure? {
+            do { _ = try PackedFixes.decode(bytes); return nil } catch { return error }
+        }
+        #expect(failure(Array(body.dropLast(1)))?.field == "fixes[2]")
+        #expect(failure(body + [0])?.reason == "1 bytes after the last fix")
+        var flags = body
+        flags[head] = 0xFF
+        #expect(failure(flags) == PackedFixes.Failure(field: "fixes[0]", reason: "unknown flags 255"))
+        var time = body
+        withUnsafeBytes(of: Double.nan.bitPattern.littleEndian) { time.replaceSubrange((head + 1)..<(head + 9), with: $0) }
+        #expect(failure(time)?.field == "fixes[0].time")
+        #expect(failure(Array(#"{"op":"publish_packed","device":"car","count":1000}"#.utf8) + [0x0A] + body[head...])?.field == "count")
+        #expect(failure(Array(body[head...]))?.field == "body")
+        #expect(failure(Array(#"{"op":"publish","device":"car","count":0}"#.utf8) + [0x0A])?.field == "body")
+    }
+}

@@ -3,7 +3,7 @@ import DrivebusKit
 import Foundation
 import IngestCore
 
-/// `replay`, `publish`, `publish_motion` and `import_finished` on `ipc://RUN/ingest.rpc`.
+/// `replay`, `publish`, `publish_packed`, `publish_motion` and `import_finished` on `ipc://RUN/ingest.rpc`.
 struct IngestRPC {
     let handler: IngestHandler
     let journal: Journal
@@ -17,7 +17,7 @@ struct IngestRPC {
 
     /// A local tool's batches: parsed concurrently, journaled in the order they arrived, so an
     /// import may send its next batch before the last is answered.
-    static let ordered: Set<String> = ["publish", "publish_motion", "publish_visits"]
+    static let ordered: Set<String> = ["publish", PackedFixes.op, "publish_motion", "publish_visits"]
 
     var handlers: [String: RPCHandler] {
         let journal = journal, handler = handler
@@ -44,6 +44,7 @@ struct IngestRPC {
             },
             "publish": { body in await Self.stored { try await handler.publishLocal(body: body) } },
             "publish_motion": { body in await Self.stored { try await handler.publishMotionLocal(body: body) } },
+            PackedFixes.op: { body in await Self.stored { try await handler.publishPacked(body: body) } },
             "publish_owntracks": RPC.handler(IngestRPCMessages.PublishOwnTracks.self) {
                 (request: IngestRPCMessages.PublishOwnTracks) throws(RPCErrorBody) -> IngestRPCMessages.OwnTracksStored in
                 do {

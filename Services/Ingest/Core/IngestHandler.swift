@@ -246,6 +246,21 @@ public final class IngestHandler: Sendable {
         return try await storeLocal(body) { [parsers] root, device in try parsers.nativeFixes(root: root, device: device, source: .import) }
     }
 
+    /// The `publish_packed` RPC: `drivebus import`'s fixes, in binary (`PackedFixes`).
+    public func publishPacked(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
+        let batch: NativeBatch
+        do throws(PackedFixes.Failure) {
+            batch = NativeBatch(packed: try PackedFixes.decode(body))
+        } catch {
+            throw IngestError.invalid(error.field, error.reason)
+        }
+        guard batch.items.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) fixes, got \(batch.items.count)", field: "fixes")
+        }
+        guard isKnownLocally(batch.device) else { throw IngestError.invalid("device", "unknown device \"\(batch.device)\"") }
+        return summarize(try await store(try parsers.nativeFixes(batch, source: .import)))
+    }
+
     /// The `publish_motion` RPC: motion samples from a local tool (a location history's
     /// activities, through `drivebus import`).
     public func publishMotionLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {

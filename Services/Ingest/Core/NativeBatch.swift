@@ -21,6 +21,18 @@ public struct NativeBatch {
     var device: String
     var items: [Item]
 
+    init(device: String, items: [Item]) {
+        self.device = device
+        self.items = items
+    }
+
+    /// A `publish_packed` batch: the same fixes, already in binary.
+    init(packed: (device: String, fixes: [PackedFixes.Fix])) {
+        self.init(device: packed.device, items: packed.fixes.map {
+            Item(time: $0.time, lat: $0.lat, lon: $0.lon, accuracyM: $0.accuracyM, altitudeM: $0.altitudeM, speedMps: $0.speedMps, courseDeg: $0.courseDeg)
+        })
+    }
+
     /// Whether `body` has the plain shape (for tests: the two paths must agree).
     public static func isPlain(_ body: String) -> Bool { read(Array(body.utf8)) != nil }
 
