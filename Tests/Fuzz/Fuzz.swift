@@ -244,6 +244,11 @@ public enum Fuzz {
             #"{"ok":true,"last_seq":3,"messages":[{"seq":1,"topic":"fix.car","payload":{}}],"events":[]}"#,
         ])
         let topics = ["fix.car", "motion.rider", "taxi.checkin.rider", "import.finished.car", "session.started.car", "client.transition.car"]
+        // `drivebus import`'s binary batches, damaged like the rest.
+        let packed = PackedFixes.encode(device: "car", fixes: [
+            .init(time: Date(timeIntervalSince1970: 1_700_000_000.5), lat: 48.2, lon: 16.37, accuracyM: 5, courseDeg: 90),
+            .init(time: Date(timeIntervalSince1970: 1_700_000_001), lat: 48.3, lon: 16.38, altitudeM: 180, speedMps: 12),
+        ])
         var mutator = Mutator(seed: seed)
         for _ in 0..<cases {
             let payload = mutator.mutate(mutator.pick(payloads), corpus: payloads)
@@ -258,6 +263,7 @@ public enum Fuzz {
             _ = try? BusJSON.decode(RPCRequestHead.self, from: payload)
             _ = try? BusJSON.decode(IngestRPCMessages.Replay.self, from: payload)
             _ = try? BusJSON.decode(RPCReply<HealthReply>.self, from: payload)
+            _ = try? PackedFixes.decode(mutator.mutate(packed, corpus: [packed]))
         }
         var report = FuzzReport(target: "bus", cases: cases)
         report.seconds = started.duration(to: .now).inSeconds
