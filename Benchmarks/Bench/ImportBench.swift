@@ -50,11 +50,10 @@ struct ImportBench: AsyncParsableCommand {
         cli.standardOutput = output
         let cpuBefore = bench.cpuSeconds()
         let started = ContinuousClock.now
-        let exited: Void = await withCheckedContinuation { continuation in
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             cli.terminationHandler = { _ in continuation.resume() }
-            do { try cli.run() } catch { continuation.resume() }
+            do { try cli.run() } catch { continuation.resume(throwing: error) }
         }
-        _ = exited
         let elapsed = seconds(started.duration(to: .now))
         let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         guard cli.terminationStatus == 0, printed.contains(" \(generatedPoints) imported") else {

@@ -69,8 +69,10 @@ struct Import: AsyncParsableCommand {
     /// Each file is read once, a point at a time, so that a file of any size takes bounded
     /// memory. Two batches are in flight while the next is read: they go over one connection,
     /// and ingest journals a local tool's batches in the order they arrived, so fixes reach the
-    /// journal in the file's order (but for the good fixes of a refused batch, which are sent
-    /// again one by one after it). A file with
+    /// journal in the file's order. Not on errors: the good fixes of a refused batch are sent
+    /// again one by one after the batch that followed it, and an import stopped by ingest (a
+    /// timeout, a full journal) may have journaled that following batch; running it again adds
+    /// the rest, after it. A file with
     /// an error stops where the error is: what came before it is imported and stays (importing
     /// the mended file again adds only the rest).
     private func importAll(_ inputs: [TakeoutArchives.Input], bus: BusClient) async throws -> Bool {
@@ -102,7 +104,7 @@ struct Import: AsyncParsableCommand {
                 let (points, reply) = pending.removeFirst()
                 try await deliver(
                     points, into: &counts, reasons: &reasons, field: "fixes", first: { try await reply.value },
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.forbidden" },
+                    retrySingly: { $0.code.hasPrefix("ingest.invalid") },
                     location: \.location) { try await Self.publish($0, device: device, over: channel) }
             }
             func send(_ points: [TrackPoint]) async throws {
@@ -288,11 +290,10 @@ struct Import: AsyncParsableCommand {
     }
 
     private static func publishBody(_ points: [TrackPoint], device: String) -> [UInt8] {
-        PackedFixes.encode(device: device, fixes: points.compactMap { point in
-            point.time.map {
-                PackedFixes.Fix(time: $0, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM, altitudeM: point.altitudeM,
-                                speedMps: point.speedMps, courseDeg: point.courseDeg)
-            }
+        // Only timed points are batched (the rest are counted and left out as they are read).
+        PackedFixes.encode(device: device, fixes: points.map { point in
+            PackedFixes.Fix(time: point.time!, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM, altitudeM: point.altitudeM,
+                            speedMps: point.speedMps, courseDeg: point.courseDeg)
         })
     }
 }

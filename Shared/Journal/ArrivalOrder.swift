@@ -38,7 +38,8 @@ public final class ArrivalOrder: Sendable {
     public func turn(_ number: UInt64) async {
         await withCheckedContinuation { continuation in
             let ready = state.withLock { state -> Bool in
-                guard state.turn != number else { return true }
+                // Its turn has come (or passed: it left already).
+                guard number > state.turn else { return true }
                 state.waiting[number] = continuation
                 return false
             }

@@ -63,13 +63,13 @@ public final class Journal: Sendable {
     public typealias Publish = @Sendable (_ entry: Entry, _ record: JournalRecord) -> Void
 
     private struct Pending {
-        let records: [Prepared]
+        let records: [PreparedRecord]
         let reply: @Sendable (Result<[Outcome], Failure>) -> Void
     }
 
     /// A record with what does not depend on its seq worked out by the caller, so the writer
     /// thread, which every append waits on, only numbers, writes and publishes.
-    private struct Prepared: Sendable {
+    fileprivate struct PreparedRecord: Sendable {
         let record: JournalRecord
         let topic: String
         let key: DedupKey?
@@ -161,12 +161,28 @@ public final class Journal: Sendable {
     /// `queued` is called once the records have their place in the writer's queue (or were
     /// refused), before they are on disk: what is appended after that call is written after them.
     public func append(_ records: [JournalRecord], queued: @Sendable () -> Void = {}) async throws(Failure) -> [Outcome] {
-        let prepared = records.map(Prepared.init)
+        try await append(prepare(records), queued: queued)
+    }
+
+    /// Records made ready for `append`: see `prepare`.
+    public struct Prepared: Sendable {
+        fileprivate let records: [PreparedRecord]
+    }
+
+    /// Works out what of `records` does not depend on their seqs (topics, dedup keys, encoded
+    /// payloads), on the caller's thread: callers that must append in some order can do this
+    /// part concurrently, before their turn.
+    public func prepare(_ records: [JournalRecord]) -> Prepared {
+        Prepared(records: records.map(PreparedRecord.init))
+    }
+
+    public func append(_ prepared: Prepared, queued: @Sendable () -> Void = {}) async throws(Failure) -> [Outcome] {
+        let records = prepared.records
         let result: Result<[Outcome], Failure> = await withCheckedContinuation { continuation in
             let accepted = queue.withLock { queue -> Failure? in
                 if queue.closed { return .closed }
                 if queue.records + records.count > options.maxPendingRecords && queue.records > 0 { return .overloaded }
-                queue.batches.append(Pending(records: prepared, reply: { continuation.resume(returning: $0) }))
+                queue.batches.append(Pending(records: records, reply: { continuation.resume(returning: $0) }))
                 queue.records += records.count
                 return nil
             }
@@ -626,9 +642,8 @@ struct DedupKey: Hashable, Sendable {
     }
 }
 
-/// CRC-32 (IEEE, as zlib), to find torn records.
-/// CRC-32 (IEEE, as zip and PNG use it), from zlib, whose version is several times faster than a
-/// byte-at-a-time table.
+/// CRC-32 (IEEE, as zip and PNG use it), to find torn records: zlib's, several times faster than
+/// a byte-at-a-time table.
 enum CRC32 {
     static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
         guard let base = bytes.baseAddress else { return 0 }

@@ -240,11 +240,10 @@ struct RPCService: Service {
         await withDiscardingTaskGroup { group in
             for await request in requests.cancelOnGracefulShutdown() {
                 // Numbered here, where requests are still in the order they arrived.
-                let number = ordered.flatMap { ordered in
-                    RPCRequestHead.op(of: request.body).flatMap { ordered.ops.contains($0) ? ordered.order.number() : nil }
-                }
+                let op = ordered.map { _ in RPCRequestHead.op(of: request.body) }
+                let number = ordered.flatMap { ordered in op?.flatMap { ordered.ops.contains($0) ? ordered.order.number() : nil } }
                 group.addTask {
-                    let reply = await ArrivalOrder.$current.withValue(number) { await dispatch(request.body) }
+                    let reply = await ArrivalOrder.$current.withValue(number) { await dispatch(request.body, op: op) }
                     if let number { ordered?.order.leave(number) }
                     loop.reply(to: request, with: reply, on: socket)
                 }
@@ -252,8 +251,9 @@ struct RPCService: Service {
         }
     }
 
-    func dispatch(_ body: [UInt8]) async -> [UInt8] {
-        guard let op = RPCRequestHead.op(of: body) else {
+    /// `op`: the body's op, when the caller read it already.
+    func dispatch(_ body: [UInt8], op known: String?? = nil) async -> [UInt8] {
+        guard let op = known ?? RPCRequestHead.op(of: body) else {
             return RPC.encode(RPCReply<RPCEmpty>.failure(.badRequest("expected a JSON object with a string \"op\"")))
         }
         guard let handler = handlers[op] else {

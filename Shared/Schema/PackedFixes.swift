@@ -81,7 +81,7 @@ public enum PackedFixes {
               let head = try? BusJSON.decode(Head.self, from: Array(body[..<newline])), head.op == op else {
             throw Failure(field: "body", reason: "expected a {\"op\":\"\(op)\",\"device\",\"count\"} line before the fixes")
         }
-        guard head.count >= 0, head.count <= (body.count - newline) / 25 else {
+        guard head.count >= 0, head.count <= (body.count - newline - 1) / 25 else {
             throw Failure(field: "count", reason: "\(head.count) fixes cannot fit in \(body.count - newline - 1) bytes")
         }
         var fixes: [Fix] = []

@@ -32,8 +32,9 @@ enum PlainRecord {
                 case "altitude": try once(64, reader); altitude = try finite(&reader)
                 case "activity": try once(128, reader); readings = try readActivity(&reader)
                 case "timestampMs": try once(256, reader); timeMs = try epochText(&reader)
-                case "latitude", "longitude": throw reader.failure("not the plain shape")
-                default: try reader.skipValue()
+                // Depths as the general path counts them from the element, so that both refuse
+                // the same nesting.
+                default: try reader.skipValue(depth: 1)
                 }
             }
             try reader.finish()
@@ -96,7 +97,7 @@ enum PlainRecord {
                             case "confidence":
                                 guard percent == nil else { throw reader.failure("repeated") }
                                 percent = try finite(&reader)
-                            default: try reader.skipValue()
+                            default: try reader.skipValue(depth: 5)
                             }
                         }
                         guard let type, let kind = LocationHistoryReader.activity(type) else { return }
@@ -106,12 +107,13 @@ enum PlainRecord {
                 case "timestampMs":
                     guard timeMs == nil else { throw reader.failure("repeated") }
                     timeMs = try epochText(&reader)
-                default: try reader.skipValue()
+                default: try reader.skipValue(depth: 3)
                 }
             }
             if reading.time == nil { reading.time = timeMs }
-            // A reading without candidates is skipped by the general path as well.
-            readings.append(hasCandidates ? reading : Reading())
+            // Without candidates `best` stays nil, and the reading is skipped as the general path
+            // skips it.
+            readings.append(reading)
         }
         return readings
     }

@@ -174,6 +174,7 @@ public final class PipelinedRequester: @unchecked Sendable {
                 try await withCheckedThrowingContinuation { continuation in
                     let done = state.withLock { state -> Result<[UInt8], any Error>? in
                         if case .done(let result) = state { return result }
+                        if case .waiting(.some) = state { preconditionFailure("an answer is awaited once") }
                         state = .waiting(continuation)
                         return nil
                     }

@@ -331,13 +331,16 @@ public final class IngestHandler: Sendable {
     @discardableResult
     private func store(_ records: [JournalRecord]) async throws(IngestError) -> [Journal.Outcome] {
         guard !records.isEmpty else { return [] }
-        // Parsed concurrently, queued for the journal in arrival order: a request numbered by
-        // the RPC service waits here for the ones before it.
+        // Parsed and encoded concurrently, queued for the journal in arrival order: a request
+        // numbered by the RPC service waits here for the ones before it. Motion samples are
+        // filtered against the last ones journaled, so they are encoded in turn.
         let turn = arrivalOrder.flatMap { order in ArrivalOrder.current.map { (order, $0) } }
+        let hasMotion = records.contains { if case .motion = $0.kind { true } else { false } }
+        let early = hasMotion ? nil : journal.prepare(records)
         if let (order, number) = turn { await order.turn(number) }
         let (kept, changes) = motion.filter(records)
         do {
-            let outcomes = try await journal.append(kept) { if let (order, number) = turn { order.leave(number) } }
+            let outcomes = try await journal.append(early ?? journal.prepare(kept)) { if let (order, number) = turn { order.leave(number) } }
             motion.commit(changes)
             return outcomes
         } catch .overloaded {

@@ -29,19 +29,6 @@ public struct TrackPoint: Sendable, Equatable {
         self.accuracyM = accuracyM
         self.location = location
     }
-
-    /// The native API's fix object, which `publish` takes, written straight into `writer`.
-    public func writeNative(to writer: inout JSONWriter) {
-        writer.beginObject()
-        writer.key("lat"); writer.number(lat)
-        writer.key("lon"); writer.number(lon)
-        if let time { writer.key("time"); writer.date(time) }
-        if let altitudeM { writer.key("altitude_m"); writer.number(altitudeM) }
-        if let speedMps { writer.key("speed_mps"); writer.number(speedMps) }
-        if let courseDeg { writer.key("course_deg"); writer.number(courseDeg) }
-        if let accuracyM { writer.key("accuracy_m"); writer.number(accuracyM) }
-        writer.endObject()
-    }
 }
 
 public struct TrackFileError: Error, Sendable, Equatable, CustomStringConvertible {
