@@ -39,9 +39,10 @@ public final class Broker: Service, Sendable {
             do {
                 frontend = try ZMQSocket(context, .xsub)
                 backend = try ZMQSocket(context, .xpub)
-                // Room for bursts; beyond it PUB/SUB drops and consumers replay.
+                // Room for bursts; beyond it PUB/SUB drops and consumers replay. Per subscriber
+                // that lags (a fast import), the bus holds at most 20,000 messages for it.
                 try frontend.setHighWaterMarks(send: 200_000, receive: 200_000)
-                try backend.setHighWaterMarks(send: 200_000, receive: 200_000)
+                try backend.setHighWaterMarks(send: 20_000, receive: 20_000)
                 if let curve = endpoints.in.curve { try frontend.setCurve(curve) }
                 if let curve = endpoints.out.curve { try backend.setCurve(curve) }
                 try frontend.bind(endpoints.in.address)

@@ -53,8 +53,11 @@ public final class BusClient: Sendable {
 
     /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
     /// not a valid envelope are skipped and counted; they never reach the consumer.
-    public func subscribe(_ prefixes: [String]) async throws -> BusSubscription {
-        BusSubscription(batches: try await loop.subscribe(endpoints.out, prefixes: prefixes))
+    /// Subscribes to `prefixes`. What a slow reader has not taken yet waits in memory, up to
+    /// `highWaterMark` messages in the socket and `bufferLimit` batches after it; beyond that,
+    /// newer messages are dropped.
+    public func subscribe(_ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096) async throws -> BusSubscription {
+        BusSubscription(batches: try await loop.subscribe(endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit))
     }
 
     /// Calls `op` on a service's RPC socket and decodes the reply.

@@ -94,7 +94,11 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
         // heartbeat comes along: it proves the subscription reaches it, and it claims the last
         // seq, which reveals records lost at the tail of the stream.
         let heartbeat = "svc.heartbeat.\(source.service.rawValue)"
-        var groups = try await bus.subscribe(source.topics + [heartbeat]).groups.cancelOnGracefulShutdown().makeAsyncIterator()
+        // A small backlog: what falls behind it is replayed from the source. A consumer that
+        // lags a fast import then holds a few megabytes instead of the import (a 2 GB history
+        // held gigabytes in every consumer).
+        var groups = try await bus.subscribe(source.topics + [heartbeat], highWaterMark: 10_000, bufferLimit: 64)
+            .groups.cancelOnGracefulShutdown().makeAsyncIterator()
         try await replay(&cursor, through: nil, hold: hold, apply: apply)
         report(cursor)
         while let messages = try await groups.next() {
