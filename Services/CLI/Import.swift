@@ -84,7 +84,6 @@ struct Import: AsyncParsableCommand {
             let (file, shown) = (input.path, input.name)
             let name = URL(fileURLWithPath: shown).lastPathComponent
             var total = (points: 0, timed: 0, activities: 0, visits: 0)
-            var counts = Tally()
             var reasons: [String] = []
             let size: Int?
             let reader: TrackFiles.Reader
@@ -96,53 +95,23 @@ struct Import: AsyncParsableCommand {
                 continue
             }
             let progress = Progress(totalBytes: size, label: name)
-            // The batches in flight, oldest first: sent, their answers not yet counted. Ingest
-            // journals them in the order they were sent.
-            var pending: [(points: [TrackPoint], reply: Task<PublishReply, any Error>)] = []
-            func settle() async throws {
-                guard !pending.isEmpty else { return }
-                let (points, reply) = pending.removeFirst()
-                try await deliver(
-                    points, into: &counts, reasons: &reasons, field: "fixes", first: { try await reply.value },
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") },
-                    location: \.location) { try await Self.publish($0, device: device, over: channel) }
-            }
-            func send(_ points: [TrackPoint]) async throws {
-                if pending.count == Self.batchesInFlight { try await settle() }
-                // Queued here, not in the task, so that batches leave in the file's order.
-                let answer = channel.send(Self.publishBody(points, device: device), timeout: .seconds(30))
-                pending.append((points, Task { try BusJSON.decode(RPCReply<PublishReply>.self, from: try await answer.value).get() }))
-                progress.advance(bytes: reader.bytesRead, points: total.timed)
-            }
-            // A location history's activities go in as motion samples, in batches of their own.
-            // Also one batch in flight, read on while ingest journals it.
-            var motion = Tally()
+            var fixes = InFlight<TrackPoint>(
+                depth: Self.batchesInFlight, field: "fixes", retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location
+            ) { [device] in Self.fixesBody($0, device: device) }
+            // A location history's activities go in as motion samples, and its visits as visits,
+            // in batches of their own.
+            var motion = InFlight<TrackReader.Activity>(
+                depth: 1, field: "samples", retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location
+            ) { [device] in Self.motionBody($0, device: device) }
+            var stays = InFlight<TrackReader.Visit>(
+                depth: 1, field: "visits", retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.too_long" },
+                location: \.location
+            ) { [device] in Self.visitsBody($0, device: device) }
             var activities: [TrackReader.Activity] = []
-            var pendingActivities: (activities: [TrackReader.Activity], reply: Task<PublishReply, any Error>)?
-            func settleActivities() async throws {
-                guard let (batch, reply) = pendingActivities else { return }
-                pendingActivities = nil
-                try await deliver(
-                    batch, into: &motion, reasons: &reasons, field: "samples", first: { try await reply.value },
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") }, location: \.location) { try await Self.publishMotion($0, device: device, bus: bus) }
-            }
-            func sendActivities() async throws {
-                try await settleActivities()
-                let batch = activities
-                activities.removeAll(keepingCapacity: true)
-                pendingActivities = (batch, Task { [device] in try await Self.publishMotion(batch, device: device, bus: bus) })
-            }
-            // And its visits, as visits.
-            var stays = Tally()
             var visits: [TrackReader.Visit] = []
-            func sendVisits() async throws {
-                let batch = visits
-                visits.removeAll(keepingCapacity: true)
-                try await deliver(
-                    batch, into: &stays, reasons: &reasons, field: "visits", first: nil,
-                    retrySingly: { $0.code.hasPrefix("ingest.invalid") || $0.code == "ingest.too_long" }, location: \.location) {
-                    try await publishVisits($0, bus: bus)
-                }
+            func send(_ points: [TrackPoint]) async throws {
+                try await fixes.send(points, over: channel, reasons: &reasons)
+                progress.advance(bytes: reader.bytesRead, points: total.timed)
             }
             var batch: [TrackPoint] = []
             batch.reserveCapacity(max(1, self.batch))
@@ -162,21 +131,29 @@ struct Import: AsyncParsableCommand {
                     case .activity(let activity):
                         total.activities += 1
                         activities.append(activity)
-                        if activities.count >= max(1, self.batch) { try await sendActivities() }
+                        if activities.count >= max(1, self.batch) {
+                            try await motion.send(activities, over: channel, reasons: &reasons)
+                            activities.removeAll(keepingCapacity: true)
+                        }
                     case .visit(let visit):
                         total.visits += 1
                         visits.append(visit)
-                        if visits.count >= max(1, self.batch) { try await sendVisits() }
+                        if visits.count >= max(1, self.batch) {
+                            try await stays.send(visits, over: channel, reasons: &reasons)
+                            visits.removeAll(keepingCapacity: true)
+                        }
                     }
                 }
             } catch let error as TrackFileError {
                 stoppedBy = error
             }
             if !batch.isEmpty { try await send(batch) }
-            while !pending.isEmpty { try await settle() }
-            if !activities.isEmpty { try await sendActivities() }
-            try await settleActivities()
-            if !visits.isEmpty { try await sendVisits() }
+            if !activities.isEmpty { try await motion.send(activities, over: channel, reasons: &reasons) }
+            if !visits.isEmpty { try await stays.send(visits, over: channel, reasons: &reasons) }
+            try await fixes.finish(over: channel, reasons: &reasons)
+            try await motion.finish(over: channel, reasons: &reasons)
+            try await stays.finish(over: channel, reasons: &reasons)
+            let (counts, motionCounts, stayCounts) = (fixes.tally, motion.tally, stays.tally)
             progress.finish()
             if let stoppedBy {
                 print("\(shown): \(stoppedBy)")
@@ -187,10 +164,10 @@ struct Import: AsyncParsableCommand {
                 print("\(shown): \(total.points) points, \(counts.accepted) imported, \(counts.duplicates) already there, \(counts.refused) refused, \(total.points - total.timed) without a time")
             }
             if total.activities > 0 {
-                print("  \(total.activities) activities as motion samples: \(motion.accepted) imported, \(motion.duplicates) already there or unchanged, \(motion.refused) refused")
+                print("  \(total.activities) activities as motion samples: \(motionCounts.accepted) imported, \(motionCounts.duplicates) already there or unchanged, \(motionCounts.refused) refused")
             }
             if total.visits > 0 {
-                print("  \(total.visits) visits: \(stays.accepted) imported, \(stays.duplicates) already there, \(stays.refused) refused")
+                print("  \(total.visits) visits: \(stayCounts.accepted) imported, \(stayCounts.duplicates) already there, \(stayCounts.refused) refused")
             }
             for reason in reasons { print("  refused \(reason)") }
         }
@@ -204,30 +181,59 @@ struct Import: AsyncParsableCommand {
         var accepted = 0, duplicates = 0, refused = 0
     }
 
-    /// Sends a batch (or takes the answer of `first`, which sent it already); when one bad item
-    /// refuses all of it (`retrySingly`), sends them singly to keep the good ones, and keeps the
-    /// first five reasons.
-    private func deliver<Item>(
-        _ items: [Item], into tally: inout Tally, reasons: inout [String], field: String, first: (() async throws -> PublishReply)?,
-        retrySingly: (RPCErrorBody) -> Bool, location: (Item) -> String, publish: ([Item]) async throws -> PublishReply
-    ) async throws {
-        do {
-            let reply = if let first { try await first() } else { try await publish(items) }
-            tally.accepted += reply.accepted
-            tally.duplicates += reply.duplicates
-        } catch let error as RPCErrorBody where retrySingly(error) {
-            for item in items {
-                do {
-                    let reply = try await publish([item])
-                    tally.accepted += reply.accepted
-                    tally.duplicates += reply.duplicates
-                } catch let error as RPCErrorBody {
-                    tally.refused += 1
-                    if reasons.count < 5 { reasons.append("\(location(item)): \(error.message.replacingOccurrences(of: "\(field)[0].", with: ""))") }
+    /// One kind's batches sent to ingest and not yet counted, oldest first, at most `depth` of
+    /// them: the next is read while ingest journals these. When one bad item refuses a whole
+    /// batch (`retrySingly`), its items are sent again one by one to keep the good ones, and the
+    /// first five reasons are kept.
+    struct InFlight<Item> {
+        let depth: Int
+        let field: String
+        let retrySingly: (RPCErrorBody) -> Bool
+        let location: (Item) -> String
+        let body: ([Item]) -> [UInt8]
+        private(set) var tally = Tally()
+        private var pending: [(items: [Item], answer: PipelinedRequester.Answer)] = []
+
+        init(
+            depth: Int, field: String, retrySingly: @escaping (RPCErrorBody) -> Bool, location: @escaping (Item) -> String,
+            body: @escaping ([Item]) -> [UInt8]
+        ) {
+            (self.depth, self.field, self.retrySingly, self.location, self.body) = (depth, field, retrySingly, location, body)
+        }
+
+        mutating func send(_ items: [Item], over channel: PipelinedRequester, reasons: inout [String]) async throws {
+            if pending.count == depth { try await settleOldest(over: channel, reasons: &reasons) }
+            // Queued here, not in a task, so that batches leave in the order they were read.
+            pending.append((items, channel.send(body(items), timeout: .seconds(30))))
+        }
+
+        mutating func finish(over channel: PipelinedRequester, reasons: inout [String]) async throws {
+            while !pending.isEmpty { try await settleOldest(over: channel, reasons: &reasons) }
+        }
+
+        private mutating func settleOldest(over channel: PipelinedRequester, reasons: inout [String]) async throws {
+            let (items, answer) = pending.removeFirst()
+            do {
+                count(try Import.reply(try await answer.value))
+            } catch let error as RPCErrorBody where retrySingly(error) {
+                for item in items {
+                    do {
+                        count(try Import.reply(try await channel.request(body([item]), timeout: .seconds(30))))
+                    } catch let error as RPCErrorBody {
+                        tally.refused += 1
+                        if reasons.count < 5 { reasons.append("\(location(item)): \(error.message.replacingOccurrences(of: "\(field)[0].", with: ""))") }
+                    }
                 }
             }
         }
+
+        private mutating func count(_ reply: PublishReply) {
+            tally.accepted += reply.accepted
+            tally.duplicates += reply.duplicates
+        }
     }
+
+    static func reply(_ bytes: [UInt8]) throws -> PublishReply { try BusJSON.decode(RPCReply<PublishReply>.self, from: bytes).get() }
 
     private func open(_ file: String) throws(TrackFileError) -> (TrackFiles.Reader, size: Int?) {
         let format = try TrackFiles.format(ofFile: file)
@@ -239,15 +245,28 @@ struct Import: AsyncParsableCommand {
         }
     }
 
-    private func publishVisits(_ visits: [TrackReader.Visit], bus: BusClient) async throws -> PublishReply {
-        var body = JSONWriter(capacity: 64 + visits.count * 200)
+    /// `{"op":…,"device":…,"<field>":[…]}`, each item written by `write`.
+    private static func batchBody<Item>(
+        op: String, device: String, field: StaticString, _ items: [Item], write: (inout JSONWriter, Item) -> Void
+    ) -> [UInt8] {
+        var body = JSONWriter(capacity: 64 + items.count * 160)
         body.beginObject()
-        body.key("op"); body.string("publish_visits")
+        body.key("op"); body.string(op)
         body.key("device"); body.string(device)
-        body.key("visits")
+        body.key(field)
         body.beginArray()
-        for visit in visits {
+        for item in items {
             body.beginObject()
+            write(&body, item)
+            body.endObject()
+        }
+        body.endArray()
+        body.endObject()
+        return body.bytes
+    }
+
+    private static func visitsBody(_ visits: [TrackReader.Visit], device: String) -> [UInt8] {
+        batchBody(op: "publish_visits", device: device, field: "visits", visits) { body, visit in
             body.key("start"); body.date(visit.start)
             body.key("end"); body.date(visit.end)
             body.key("lat"); body.number(visit.lat)
@@ -256,40 +275,18 @@ struct Import: AsyncParsableCommand {
             if let address = visit.address { body.key("address"); body.string(address) }
             if let placeID = visit.placeID { body.key("place_id"); body.string(placeID) }
             if let semanticType = visit.semanticType { body.key("semantic_type"); body.string(semanticType) }
-            body.endObject()
         }
-        body.endArray()
-        body.endObject()
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
-        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
-    private static func publishMotion(_ activities: [TrackReader.Activity], device: String, bus: BusClient) async throws -> PublishReply {
-        var body = JSONWriter(capacity: 64 + activities.count * 100)
-        body.beginObject()
-        body.key("op"); body.string("publish_motion")
-        body.key("device"); body.string(device)
-        body.key("samples")
-        body.beginArray()
-        for activity in activities {
-            body.beginObject()
+    private static func motionBody(_ activities: [TrackReader.Activity], device: String) -> [UInt8] {
+        batchBody(op: "publish_motion", device: device, field: "samples", activities) { body, activity in
             body.key("start"); body.date(activity.time)
             body.key("activity"); body.string(activity.activity.rawValue)
             body.key("confidence"); body.string(activity.confidence.rawValue)
-            body.endObject()
         }
-        body.endArray()
-        body.endObject()
-        let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: body.bytes, timeout: .seconds(30))
-        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
     }
 
-    private static func publish(_ points: [TrackPoint], device: String, over channel: PipelinedRequester) async throws -> PublishReply {
-        let reply = try await channel.request(publishBody(points, device: device), timeout: .seconds(30))
-        return try BusJSON.decode(RPCReply<PublishReply>.self, from: reply).get()
-    }
-
-    private static func publishBody(_ points: [TrackPoint], device: String) -> [UInt8] {
+    private static func fixesBody(_ points: [TrackPoint], device: String) -> [UInt8] {
         // Only timed points are batched (the rest are counted and left out as they are read).
         PackedFixes.encode(device: device, fixes: points.map { point in
             PackedFixes.Fix(time: point.time!, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM, altitudeM: point.altitudeM,
