@@ -6,11 +6,13 @@ import Foundation
 /// are drivebus; what a phone sends stays JSON.
 ///
 /// Each fix: a flags byte (which optional readings follow), the time (seconds since 1970), lat
-/// and lon, then the readings that are there (accuracy 1, altitude 2, speed 4, course 8, in that
-/// order); every number is a little-endian IEEE 754 double.
+/// and lon, then the readings that are there (accuracy 1, altitude 2, speed 4, course 8, battery
+/// 16, in that order); every number is a little-endian IEEE 754 double.
 public enum PackedFixes {
     public static let op = "publish_packed"
 
+    /// A fix as a local tool sends it, before ingest checks it (also what ingest reads from a
+    /// plain JSON `publish`).
     public struct Fix: Sendable, Equatable {
         public var time: Date
         public var lat: Double
@@ -19,8 +21,13 @@ public enum PackedFixes {
         public var altitudeM: Double?
         public var speedMps: Double?
         public var courseDeg: Double?
+        /// 0 to 1.
+        public var battery: Double?
 
-        public init(time: Date, lat: Double, lon: Double, accuracyM: Double? = nil, altitudeM: Double? = nil, speedMps: Double? = nil, courseDeg: Double? = nil) {
+        public init(
+            time: Date, lat: Double, lon: Double, accuracyM: Double? = nil, altitudeM: Double? = nil, speedMps: Double? = nil, courseDeg: Double? = nil,
+            battery: Double? = nil
+        ) {
             self.time = time
             self.lat = lat
             self.lon = lon
@@ -28,6 +35,7 @@ public enum PackedFixes {
             self.altitudeM = altitudeM
             self.speedMps = speedMps
             self.courseDeg = courseDeg
+            self.battery = battery
         }
     }
 
@@ -63,7 +71,7 @@ public enum PackedFixes {
         func put(_ value: Double) { withUnsafeBytes(of: value.bitPattern.littleEndian) { out.append(contentsOf: $0) } }
         for fix in fixes {
             let flags: UInt8 = (fix.accuracyM == nil ? 0 : 1) | (fix.altitudeM == nil ? 0 : 2) | (fix.speedMps == nil ? 0 : 4)
-                | (fix.courseDeg == nil ? 0 : 8)
+                | (fix.courseDeg == nil ? 0 : 8) | (fix.battery == nil ? 0 : 16)
             out.append(flags)
             put(fix.time.timeIntervalSince1970)
             put(fix.lat)
@@ -72,6 +80,7 @@ public enum PackedFixes {
             if let altitudeM = fix.altitudeM { put(altitudeM) }
             if let speedMps = fix.speedMps { put(speedMps) }
             if let courseDeg = fix.courseDeg { put(courseDeg) }
+            if let battery = fix.battery { put(battery) }
         }
         return out
     }
@@ -109,7 +118,7 @@ public enum PackedFixes {
                 guard at < raw.count else { throw Failure(field: "fixes[\(index)]", reason: "the body ends before it") }
                 let flags = raw[at]
                 at += 1
-                guard flags < 16 else { throw Failure(field: "fixes[\(index)]", reason: "unknown flags \(flags)") }
+                guard flags < 32 else { throw Failure(field: "fixes[\(index)]", reason: "unknown flags \(flags)") }
                 let time = try double()
                 guard time.isFinite else { throw Failure(field: "fixes[\(index)].time", reason: "is not a number") }
                 var fix = Fix(time: Date(timeIntervalSince1970: time), lat: try double(), lon: try double())
@@ -117,6 +126,7 @@ public enum PackedFixes {
                 if flags & 2 != 0 { fix.altitudeM = try double() }
                 if flags & 4 != 0 { fix.speedMps = try double() }
                 if flags & 8 != 0 { fix.courseDeg = try double() }
+                if flags & 16 != 0 { fix.battery = try double() }
                 fixes.append(fix)
             }
         }

@@ -133,7 +133,7 @@ import Testing
     static let fixes = [
         PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_000.1234), lat: 48.2000012, lon: -16.37, accuracyM: 5, courseDeg: 359.9),
         PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_001), lat: -0.0, lon: 180),
-        PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_002), lat: 1e-7, lon: 2, accuracyM: 0, altitudeM: -12.25, speedMps: 33.3, courseDeg: 0),
+        PackedFixes.Fix(time: Date(timeIntervalSince1970: 1_700_000_002), lat: 1e-7, lon: 2, accuracyM: 0, altitudeM: -12.25, speedMps: 33.3, courseDeg: 0, battery: 0.5),
     ]
 
     @Test func roundTripsExactly() throws {

@@ -239,10 +239,7 @@ public final class IngestHandler: Sendable {
     /// its device. The ipc socket is reachable only by this machine's drivebus user. The body is
     /// parsed once, for its device and its fixes.
     public func publishLocal(body: [UInt8]) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
-        if let batch = NativeBatch.read(body) {
-            guard isKnownLocally(batch.device) else { throw IngestError.invalid("device", "unknown device \"\(batch.device)\"") }
-            return summarize(try await store(try parsers.nativeFixes(batch, source: .import)))
-        }
+        if let batch = NativeBatch.read(body) { return try await storeLocal(batch) }
         return try await storeLocal(body) { [parsers] root, device in try parsers.nativeFixes(root: root, device: device, source: .import) }
     }
 
@@ -257,6 +254,11 @@ public final class IngestHandler: Sendable {
         guard batch.items.count <= IngestLimits.batchItems else {
             throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) fixes, got \(batch.items.count)", field: "fixes")
         }
+        return try await storeLocal(batch)
+    }
+
+    /// A local tool's fixes, read already, for the device they name (which must be known).
+    private func storeLocal(_ batch: NativeBatch) async throws -> (accepted: Int, duplicates: Int, lastSeq: UInt64) {
         guard isKnownLocally(batch.device) else { throw IngestError.invalid("device", "unknown device \"\(batch.device)\"") }
         return summarize(try await store(try parsers.nativeFixes(batch, source: .import)))
     }

@@ -7,30 +7,17 @@ import Foundation
 /// Anything else returns nil and the batch is read the general way (`ClientParsers.nativeFixes`),
 /// so every error and every leniency stays that path's.
 public struct NativeBatch {
-    struct Item {
-        var time: Date
-        var lat: Double
-        var lon: Double
-        var accuracyM: Double?
-        var altitudeM: Double?
-        var speedMps: Double?
-        var courseDeg: Double?
-        var battery: Double?
-    }
-
     var device: String
-    var items: [Item]
+    var items: [PackedFixes.Fix]
 
-    init(device: String, items: [Item]) {
+    init(device: String, items: [PackedFixes.Fix]) {
         self.device = device
         self.items = items
     }
 
     /// A `publish_packed` batch: the same fixes, already in binary.
     init(packed: (device: String, fixes: [PackedFixes.Fix])) {
-        self.init(device: packed.device, items: packed.fixes.map {
-            Item(time: $0.time, lat: $0.lat, lon: $0.lon, accuracyM: $0.accuracyM, altitudeM: $0.altitudeM, speedMps: $0.speedMps, courseDeg: $0.courseDeg)
-        })
+        self.init(device: packed.device, items: packed.fixes)
     }
 
     /// Whether `body` has the plain shape (for tests: the two paths must agree).
@@ -39,7 +26,7 @@ public struct NativeBatch {
     static func read(_ body: [UInt8]) -> NativeBatch? {
         var reader = JSONReader(body)
         var device: String?
-        var items: [Item] = []
+        var items: [PackedFixes.Fix] = []
         do throws(JSONReader.Failure) {
             try reader.readObject { reader, key throws(JSONReader.Failure) in
                 switch key {
@@ -61,9 +48,9 @@ public struct NativeBatch {
         return NativeBatch(device: device, items: items)
     }
 
-    private static func readItem(_ reader: inout JSONReader) throws(JSONReader.Failure) -> Item {
+    private static func readItem(_ reader: inout JSONReader) throws(JSONReader.Failure) -> PackedFixes.Fix {
         var time: Date?, lat: Double?, lon: Double?
-        var item = Item(time: .distantPast, lat: 0, lon: 0)
+        var item = PackedFixes.Fix(time: .distantPast, lat: 0, lon: 0)
         try reader.readObject { reader, key throws(JSONReader.Failure) in
             switch key {
             case "time": time = try reader.readDate()
