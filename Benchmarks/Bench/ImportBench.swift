@@ -37,10 +37,11 @@ struct ImportBench: AsyncParsableCommand {
             "points_per_s": Int(Double(points) / elapsed), "mb_per_s": (Double(written.bytes) / 1_048_576 / elapsed * 10).rounded() / 10,
             "peak_rss_mb": Self.peakRSSMegabytes() ?? -1,
         ])
-        if system { try await importThroughIngest(path: path, generatedPoints: written.points) }
+        if system { report(try await Self.importThroughIngest(path: path, generatedPoints: written.points)) }
     }
 
-    private func importThroughIngest(path: String, generatedPoints: Int) async throws {
+    /// `drivebus import` of a generated file into release bus and ingest: the result line.
+    static func importThroughIngest(path: String, generatedPoints: Int) async throws -> [String: Any] {
         let bench = try await BenchSystem(services: [.bus, .ingest], extraConfig: "")
         defer { bench.stop() }
         let cli = Process()
@@ -63,7 +64,7 @@ struct ImportBench: AsyncParsableCommand {
         var usage = rusage()
         getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
         let cpuAfter = bench.cpuSeconds()
-        report([
+        return [
             "name": "import.system", "points": generatedPoints, "elapsed_s": (elapsed * 100).rounded() / 100,
             "points_per_s": Int(Double(generatedPoints) / elapsed),
             "cpu_s": cpuAfter.reduce(into: ["drivebus": (Double(usage.ru_utime.tv_sec) + Double(usage.ru_stime.tv_sec)
@@ -71,7 +72,7 @@ struct ImportBench: AsyncParsableCommand {
                 $0[$1.key] = (($1.value - (cpuBefore[$1.key] ?? 0)) * 100).rounded() / 100
             },
             "peak_rss_mb": bench.peakRSSMegabytes().merging(["drivebus": (Double(usage.ru_maxrss) / 1024 * 10).rounded() / 10]) { a, _ in a },
-        ])
+        ]
     }
 
     /// Writes locations until the file reaches `bytes`; a tenth carry an activity array, a

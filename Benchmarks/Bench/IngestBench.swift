@@ -80,7 +80,9 @@ final class BenchSystem {
     let config: DrivebusConfig
     private var processes: [Process] = []
 
-    init(services: [ServiceName], extraConfig: String) async throws {
+    /// `prepare` runs after the config is written and before any process starts: to lay a state
+    /// directory that the services then open.
+    init(services: [ServiceName], extraConfig: String, prepare: ((DrivebusConfig) async throws -> Void)? = nil) async throws {
         var template = Array("/tmp/dbb-XXXXXX".utf8CString)
         directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         port = Int.random(in: 30_000..<50_000)
@@ -93,6 +95,7 @@ final class BenchSystem {
         let path = directory + "/drivebus.yaml"
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         config = try DrivebusConfig.parse(yaml: yaml)
+        try await prepare?(config)
         for service in services {
             processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", path]))
         }

@@ -74,6 +74,18 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var listen = Listen(host: "127.0.0.1", port: 8091)
         /// Gaps between fixes longer than this are not counted as time away from home.
         public var maxGapS = 3600.0
+        /// `stats.map`: the interactive map page (docs/map.md).
+        public var map = Map()
+
+        public struct Map: Sendable, Equatable {
+            /// A base map's tile URL (`{z}/{x}/{y}`), the user's choice of provider; without it the
+            /// trips draw on a plain background with a graticule.
+            public var tileURL: String?
+            /// The base map's attribution, shown on the map as its provider asks.
+            public var attribution: String?
+            /// Where Leaflet is installed (Debian's `libjs-leaflet`); the page serves it from there.
+            public var leafletDir = "/usr/share/javascript/leaflet"
+        }
     }
 
     /// The built-in defaults: one home, everything on loopback, state under `./var`.
@@ -146,9 +158,19 @@ extension DrivebusConfig {
         }
         config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
         config.ingest.maxBodyBytes = try ingest.int("max_body_bytes", default: config.ingest.maxBodyBytes, in: 1024...(1 << 30))
-        let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s"])
+        let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s", "map"])
         config.stats.listen = try parseListen(stats, default: config.stats.listen)
         config.stats.maxGapS = try stats.double("max_gap_s", default: config.stats.maxGapS, in: 1...31_536_000)
+        let map = try stats.mapping("map", allowed: ["tile_url", "attribution", "leaflet_dir"])
+        if let url = try map.string("tile_url") {
+            guard let scheme = URLComponents(string: url.replacingOccurrences(of: "{", with: "%7B").replacingOccurrences(of: "}", with: "%7D"))?.scheme,
+                  ["http", "https"].contains(scheme), url.contains("{z}"), url.contains("{x}"), url.contains("{y}") else {
+                throw ConfigError(path: map.keyPath("tile_url"), reason: "expected an http(s) URL with {z}, {x} and {y}, got \"\(url)\"")
+            }
+            config.stats.map.tileURL = url
+        }
+        config.stats.map.attribution = try map.string("attribution")
+        config.stats.map.leafletDir = try map.string("leaflet_dir", default: config.stats.map.leafletDir)
         config.checkout = try parseCheckout(top.mapping("checkout", allowed: [
             "grace_period_s", "lead_time_s", "min_confidence", "max_ride_s", "riding_speed_mps",
             "walking_speed_max_mps", "walk_confirm_s", "walk_min_distance_m", "max_accuracy_m",

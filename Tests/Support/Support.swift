@@ -236,6 +236,17 @@ public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async 
     guard live else { throw Timeout(description: "\(service) did not become live") }
 }
 
+/// Waits until `service` has processed everything in ingest's journal so far.
+public func waitUntilCaughtUp(_ service: ServiceName, config: DrivebusConfig, within timeout: Duration = .seconds(30)) async throws {
+    let client = BusClient(settings: config.process, name: "test-caught-up")
+    defer { Task { await client.shutdown() } }
+    let journal = try await client.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
+    let caughtUp = await eventually(within: timeout) {
+        ((try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300)))?.lastSeq["journal"] ?? 0) >= journal
+    }
+    guard caughtUp else { throw Timeout(description: "\(service) did not reach journal seq \(journal)") }
+}
+
 /// A port nobody listens on right now.
 public func freePort() -> Int { freePorts(1)[0] }
 

@@ -24,7 +24,8 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
             knownDevices: { await knownDevices(config) },
             // A setup code is a credential: handed out only to this machine (see SetupGuard).
-            deviceSetup: config.stats.listen.isLoopback ? setup : nil)),
+            deviceSetup: config.stats.listen.isLoopback ? setup : nil,
+            map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir))),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
     )

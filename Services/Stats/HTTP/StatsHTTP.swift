@@ -27,13 +27,16 @@ public struct StatsHTTPConfiguration: Sendable {
     /// and its setup as JSON (`device`, `app`, `code`, `svg`, `scan`, `by_hand`). 404 while nil;
     /// the service sets it only while stats listens on loopback.
     public var deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])?
+    /// The interactive map page at `/map`.
+    public var map: MapPageConfiguration
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
         metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
         maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil,
-        deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil
+        deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init()
     ) {
+        self.map = map
         self.knownDevices = knownDevices
         self.deviceSetup = deviceSetup
         self.maxConcurrentExports = maxConcurrentExports
@@ -127,6 +130,7 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
         }
     }
     addCostsRankingAndDashboard(to: router, store: store, configuration: configuration)
+    addMap(to: router, store: store, configuration: configuration.map)
     router.get("/metrics") { _, context in
         await respond(context) {
             guard let metrics = configuration.metrics else { throw StatsError.notFound("path", "metrics are not enabled") }

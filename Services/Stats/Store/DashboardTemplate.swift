@@ -46,7 +46,7 @@ enum DashboardTemplate {
         </tbody></table>{{/trips}}
         {{^trips}}<p class="note">No trips yet.</p>{{/trips}}
         </section>
-        <section id="map"><h2>All drives</h2><div class="map">{{{mapSVG}}}</div></section>
+        <section id="map"><h2>All drives · <a href="map">interactive map</a></h2><div class="map">{{{mapSVG}}}</div></section>
         <section id="away"><h2>Time away from home · last 30 days</h2>
         {{#away}}<figure class="wide">{{{away}}}</figure>{{/away}}
         {{^away}}<p class="note">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p>{{/away}}
@@ -91,7 +91,7 @@ enum DashboardTemplate {
         {{^candidates}}<p class="note">No driving-school sessions yet.</p>{{/candidates}}
         </section>
         </main>
-        <footer>drivebus · times in UTC · <a href="api/v1/trips">trips</a> · <a href="api/v1/stats/monthly">monthly</a> · <a href="map.svg">map</a> · <a href="api/v1/costs">costs</a></footer>
+        <footer>drivebus · times in UTC · <a href="api/v1/trips">trips</a> · <a href="api/v1/stats/monthly">monthly</a> · <a href="map">map</a> · <a href="map.svg">map.svg</a> · <a href="api/v1/costs">costs</a></footer>
         </body>
         </html>
 

@@ -15,7 +15,7 @@ enum Projector {
         var description: String { "\(field): \(reason)" }
     }
 
-    static func store(_ batch: [StoredEvent], in db: Database) throws -> StatsStore.Summary {
+    static func store(_ batch: [StoredEvent], in db: Database, mapTiles: Bool) throws -> StatsStore.Summary {
         var summary = StatsStore.Summary()
         let insertEvent = try RawInsert(db, sql: """
             INSERT OR IGNORE INTO events (id, type, device, source, time_ms, payload) VALUES (?, ?, ?, ?, ?, ?)
@@ -52,7 +52,7 @@ enum Projector {
                     // In a savepoint, so that a payload that breaks a constraint loses only its
                     // own rows, not the batch (which the subscriber would retry for ever).
                     try db.inSavepoint {
-                        try project(event, in: db)
+                        try project(event, in: db, mapTiles: mapTiles)
                         return .commit
                     }
                 }
@@ -115,7 +115,7 @@ enum Projector {
         }
     }
 
-    private static func project(_ event: StoredEvent, in db: Database) throws {
+    private static func project(_ event: StoredEvent, in db: Database, mapTiles: Bool) throws {
         switch event.type {
         case "visit":
             let p = try payload(event)
@@ -133,7 +133,7 @@ enum Projector {
                     p.string("place_id"), p.string("semantic_type"), p.int("seq"),
                 ])
         case "trip.ended":
-            try projectTrip(try payload(event), event: event, in: db)
+            try projectTrip(try payload(event), event: event, in: db, mapTiles: mapTiles)
         case "drive.scored":
             try projectScore(try payload(event), event: event, in: db)
         case "session.started":
@@ -196,7 +196,7 @@ enum Projector {
         }
     }
 
-    private static func projectTrip(_ p: Payload, event: StoredEvent, in db: Database) throws {
+    private static func projectTrip(_ p: Payload, event: StoredEvent, in db: Database, mapTiles: Bool) throws {
         let id = try p.requiredString("trip_id")
         guard let start = p.date("start_time") else { throw Rejection(field: "start_time", reason: "is required") }
         guard let end = p.date("end_time") else { throw Rejection(field: "end_time", reason: "is required") }
@@ -237,6 +237,11 @@ enum Projector {
             INSERT INTO devices (device, first_ms, last_ms) VALUES (?, ?, ?)
             ON CONFLICT(device) DO UPDATE SET first_ms = min(first_ms, excluded.first_ms), last_ms = max(last_ms, excluded.last_ms)
             """, arguments: [try p.device(event), milliseconds(start), milliseconds(end)])
+        if mapTiles {
+            try MapLevels.store(
+                tripID: id, device: try p.device(event), startMs: milliseconds(start), avgSpeedMps: p.double("avg_speed_mps"),
+                maxSpeedMps: p.double("max_speed_mps"), track: TripQueries.parseTrack(String(decoding: track, as: UTF8.self)), in: db)
+        }
     }
 
     private static func projectScore(_ p: Payload, event: StoredEvent, in db: Database) throws {
@@ -262,6 +267,7 @@ enum Projector {
                 p.double("events_per_100km"), p.double("speed_variation"), sessionID, candidate, event.id,
                 String(decoding: components.encoded, as: UTF8.self),
             ])
+        try MapLevels.updateScore(tripID: id, score: p.double("score"), in: db)
     }
 
     private static func payload(_ event: StoredEvent) throws -> Payload {

@@ -57,11 +57,15 @@ public final class StatsStore: Sendable {
         public var durability: Durability
         /// SQLite reader connections: each streaming export holds one for its whole run.
         public var maxReaders: Int
+        /// Whether trips are cut into the interactive map's tiles as they end (`MapLevels`); the
+        /// benchmark turns it off to measure what the tiles cost.
+        public var mapTiles: Bool
 
         public init(
             path: String, homes: [String: Zone] = [:], maxGapS: Double = 3600, mapToleranceM: Double = 10,
-            durability: Durability = .full, maxReaders: Int = 8
+            durability: Durability = .full, maxReaders: Int = 8, mapTiles: Bool = true
         ) {
+            self.mapTiles = mapTiles
             self.path = path
             self.homes = homes
             self.maxGapS = maxGapS
@@ -114,13 +118,13 @@ public final class StatsStore: Sendable {
     /// changes nothing. Blocks the calling thread for the commit.
     @discardableResult
     public func store(_ batch: [StoredEvent]) throws -> Summary {
-        try pool.write { db in try Projector.store(batch, in: db) }
+        try pool.write { db in try Projector.store(batch, in: db, mapTiles: configuration.mapTiles) }
     }
 
     /// The same, waiting on GRDB's writer queue instead of blocking the caller's thread.
     @discardableResult
     public func store(_ batch: [StoredEvent]) async throws -> Summary {
-        try await pool.write { db in try Projector.store(batch, in: db) }
+        try await pool.write { db in try Projector.store(batch, in: db, mapTiles: configuration.mapTiles) }
     }
 
     /// Stores a batch and, in the same transaction, the last journal seq it completes: the
@@ -138,7 +142,7 @@ public final class StatsStore: Sendable {
     @discardableResult
     public func store(_ batch: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
         try await pool.write { db in
-            let summary = try Projector.store(batch, in: db)
+            let summary = try Projector.store(batch, in: db, mapTiles: configuration.mapTiles)
             try db.execute(
                 sql: "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
                 arguments: [cursor, Int64(seq)])
@@ -347,6 +351,11 @@ enum StatsSchema {
                     PRIMARY KEY (device, start_ms, lat, lon)
                 ) WITHOUT ROWID;
                 """)
+        }
+        migrator.registerMigration("v7-map-tiles") { db in
+            // The interactive map's level of detail (issue 20), filled from the trips so far.
+            try db.execute(sql: MapLevels.schema)
+            try MapLevels.backfill(db)
         }
         return migrator
     }

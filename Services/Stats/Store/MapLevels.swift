@@ -1,0 +1,215 @@
+import DrivebusGeo
+import DrivebusSchema
+import Foundation
+import GRDB
+import StatsCore
+
+/// What the interactive map shows: the trips of a device, a time range (by start) and a kind.
+public struct MapFilter: Sendable, Equatable {
+    public var query: StatsQuery
+    public var kind: TripKind?
+
+    public init(query: StatsQuery = .init(), kind: TripKind? = nil) {
+        self.query = query
+        self.kind = kind
+    }
+
+    /// `device`, `from`, `to` and `kind` from query parameters.
+    public static func parse(_ parameters: StatsParameters) throws(StatsError) -> MapFilter {
+        var filter = MapFilter(query: try StatsQuery.parse(parameters))
+        if let text = try parameters.single("kind") {
+            guard let kind = TripKind(rawValue: text) else {
+                throw .invalid("kind", "must be one of \(TripKind.allCases.map(\.rawValue).joined(separator: ", ")), got \"\(text)\"")
+            }
+            filter.kind = kind
+        }
+        return filter
+    }
+}
+
+/// The interactive map's tiles (`MapTiles`), kept in `map_tiles` as trips end, and the extent of
+/// each trip in `map_trips` for the first view.
+extension StatsStore {
+    /// `GET /api/v1/map/tiles/{z}/{x}/{y}`: the trips drawn in one tile, from stored rows (the
+    /// binary layout is in `MapLevels.tile` and docs/map.md).
+    public func mapTile(_ tile: MapTiles.TileID, _ filter: MapFilter) async throws -> [UInt8] {
+        try await pool.read { db in try MapLevels.tile(db, tile: tile, filter: filter) }
+    }
+
+    /// `GET /api/v1/map/pick`: the newest trip within `radius` tile units of a point of a tile,
+    /// `{"trip_id": …}` or `{"trip_id": null}`.
+    public func mapPickJSON(_ tile: MapTiles.TileID, x: Double, y: Double, radius: Double, _ filter: MapFilter) async throws -> [UInt8] {
+        try await pool.read { db in
+            var best: (id: String, distance: Double)?
+            try MapLevels.eachTrip(db, tile: tile, filter: filter) { row, lines in
+                let distance = MapTiles.distance(from: x, y, to: lines)
+                if distance <= radius, distance < (best?.distance ?? .infinity) { best = (row[0], distance) }
+            }
+            var writer = JSONWriter()
+            writer.beginObject()
+            writer.key("trip_id")
+            if let best { writer.string(best.id) } else { writer.value(.null) }
+            writer.endObject()
+            return writer.bytes
+        }
+    }
+
+    /// How many tile rows there are and the bytes of their lines, for the benchmark and `docs/map.md`.
+    public func mapTileStorage() async throws -> (rows: Int, lineBytes: Int) {
+        try await pool.read { db in
+            (try Int.fetchOne(db, sql: "SELECT count(*) FROM map_tiles") ?? 0, try Int.fetchOne(db, sql: "SELECT sum(length(lines)) FROM map_tiles") ?? 0)
+        }
+    }
+
+    /// `GET /api/v1/map/bounds`: how many trips match and the box around them, for the first view.
+    public func mapBoundsJSON(_ filter: MapFilter) async throws -> [UInt8] {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db, sql: """
+                SELECT count(*), min(min_lat), min(min_lon), max(max_lat), max(max_lon) FROM map_trips
+                WHERE start_ms >= ?1 AND start_ms < ?2 AND (?3 IS NULL OR device = ?3) AND (?4 IS NULL OR kind = ?4)
+                """, arguments: [filter.query.fromMs, filter.query.toMs, filter.query.device, filter.kind?.rawValue])
+            var writer = JSONWriter()
+            writer.beginObject()
+            writer.key("bounds")
+            if let row, let south: Double = row[1], let west: Double = row[2], let north: Double = row[3], let east: Double = row[4] {
+                writer.value(.array([.array([.number(south), .number(west)]), .array([.number(north), .number(east)])]))
+            } else {
+                writer.value(.null)
+            }
+            writer.key("trips"); writer.value(.number(Double(row?[0] as Int64? ?? 0)))
+            writer.endObject()
+            return writer.bytes
+        }
+    }
+}
+
+enum MapLevels {
+    static let schema = """
+        CREATE TABLE map_trips (
+            trip_id TEXT PRIMARY KEY NOT NULL,
+            device TEXT NOT NULL,
+            start_ms INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            min_lat REAL NOT NULL, min_lon REAL NOT NULL,
+            max_lat REAL NOT NULL, max_lon REAL NOT NULL
+        );
+        CREATE TABLE map_tiles (
+            z INTEGER NOT NULL, x INTEGER NOT NULL, y INTEGER NOT NULL,
+            trip_id TEXT NOT NULL,
+            device TEXT NOT NULL,
+            start_ms INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            avg_speed_mps REAL,
+            score REAL,
+            lines BLOB NOT NULL,
+            PRIMARY KEY (z, x, y, start_ms, trip_id)
+        ) WITHOUT ROWID;
+        CREATE INDEX map_tiles_by_trip ON map_tiles(trip_id);
+        """
+
+    /// Replaces a trip's tiles: a re-computed trip (same id) moves on the map too. The filter's
+    /// columns and the score sit in every row, and rows are kept in time order within a tile, so
+    /// a tile is one range read, newest first, with no joins and no sort.
+    static func store(
+        tripID: String, device: String, startMs: Int64, avgSpeedMps: Double?, maxSpeedMps: Double?,
+        track: [Coordinate], in db: Database
+    ) throws {
+        try remove(tripID: tripID, in: db)
+        guard !track.isEmpty else { return }
+        let kind = TripKind(avgSpeedMps: avgSpeedMps, maxSpeedMps: maxSpeedMps).rawValue
+        let score = try Double.fetchOne(db, sql: "SELECT score FROM scores WHERE trip_id = ?", arguments: [tripID])
+        try db.execute(sql: """
+            INSERT INTO map_trips (trip_id, device, start_ms, kind, min_lat, min_lon, max_lat, max_lon) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [
+                tripID, device, startMs, kind, track.map(\.lat).min()!, track.map(\.lon).min()!, track.map(\.lat).max()!, track.map(\.lon).max()!,
+            ])
+        let insert = try db.cachedStatement(sql: """
+            INSERT INTO map_tiles (z, x, y, trip_id, device, start_ms, kind, avg_speed_mps, score, lines) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
+        for piece in MapTiles.pieces(of: track) {
+            try insert.execute(arguments: [
+                piece.tile.z, piece.tile.x, piece.tile.y, tripID, device, startMs, kind, avgSpeedMps, score, Data(MapTiles.encode(piece.lines)),
+            ])
+        }
+    }
+
+    static func remove(tripID: String, in db: Database) throws {
+        try db.execute(sql: "DELETE FROM map_tiles WHERE trip_id = ?", arguments: [tripID])
+        try db.execute(sql: "DELETE FROM map_trips WHERE trip_id = ?", arguments: [tripID])
+    }
+
+    static func updateScore(tripID: String, score: Double?, in db: Database) throws {
+        try db.execute(sql: "UPDATE map_tiles SET score = ? WHERE trip_id = ?", arguments: [score, tripID])
+    }
+
+    /// Fills the tables from the trips stored before they existed.
+    static func backfill(_ db: Database) throws {
+        let trips = try Row.fetchCursor(db, sql: "SELECT trip_id, device, start_ms, avg_speed_mps, max_speed_mps, track FROM trips")
+        while let row = try trips.next() {
+            try store(
+                tripID: row[0], device: row[1], startMs: row[2], avgSpeedMps: row[3], maxSpeedMps: row[4],
+                track: TripQueries.parseTrack(row[5]), in: db)
+        }
+    }
+
+    /// A tile's rows through the filter, newest first: `trip_id`, `avg_speed_mps`, `score` and
+    /// the stored `lines` of the stored tile holding it.
+    static func eachRow(_ db: Database, tile: MapTiles.TileID, filter: MapFilter, _ body: (Row) throws -> Void) throws {
+        let stored = tile.stored
+        let rows = try Row.fetchCursor(db, sql: """
+            SELECT trip_id, avg_speed_mps, score, lines FROM map_tiles
+            WHERE z = ?1 AND x = ?2 AND y = ?3 AND start_ms >= ?4 AND start_ms < ?5
+                AND (?6 IS NULL OR device = ?6) AND (?7 IS NULL OR kind = ?7)
+            ORDER BY start_ms DESC, trip_id DESC
+            """, arguments: [
+                stored.z, stored.x, stored.y, filter.query.fromMs, filter.query.toMs, filter.query.device, filter.kind?.rawValue,
+            ])
+        while let row = try rows.next() { try body(row) }
+    }
+
+    /// The same with each trip's lines cut to the tile.
+    static func eachTrip(_ db: Database, tile: MapTiles.TileID, filter: MapFilter, _ body: (Row, [[Int32]]) throws -> Void) throws {
+        try eachRow(db, tile: tile, filter: filter) { row in
+            var lines = try row.withUnsafeData(atIndex: 3) { MapTiles.decode($0.map(Array.init) ?? []) }
+            if tile.stored != tile { lines = MapTiles.descend(lines, from: tile.stored, to: tile) }
+            if !lines.isEmpty { try body(row, lines) }
+        }
+    }
+
+    /// A tile as the page draws it: `DBT1`, then per trip with anything to show (newest first)
+    /// its average speed in dm/s and its score × 10 (UInt16, 0xFFFF for none), the count of
+    /// Int16 values that follow (UInt32), and its lines as stored (a point count, then x, y
+    /// pairs); little-endian throughout. Only what paints a free cell is sent (`Coverage`).
+    static func tile(_ db: Database, tile: MapTiles.TileID, filter: MapFilter) throws -> [UInt8] {
+        var out = Array("DBT1".utf8)
+        out.reserveCapacity(64 * 1024)
+        var coverage = MapTiles.Coverage()
+        func put16(_ value: Int, at index: Int) {
+            let bits = UInt16(truncatingIfNeeded: value)
+            out[index] = UInt8(truncatingIfNeeded: bits)
+            out[index + 1] = UInt8(truncatingIfNeeded: bits >> 8)
+        }
+        let deeper = tile.stored != tile
+        try eachRow(db, tile: tile, filter: filter) { row in
+            let header = out.count
+            out += [0, 0, 0, 0, 0, 0, 0, 0]
+            let written = try row.withUnsafeData(atIndex: 3) { (data: Data?) -> Int in
+                guard let data else { return 0 }
+                if deeper {
+                    let lines = MapTiles.descend(MapTiles.decode(Array(data)), from: tile.stored, to: tile)
+                    return MapTiles.encode(lines).withUnsafeBytes { coverage.appendVisible(encoded: $0, to: &out) }
+                }
+                return data.withUnsafeBytes { coverage.appendVisible(encoded: $0, to: &out) }
+            }
+            guard written > 0 else {
+                out.removeLast(8)
+                return
+            }
+            let speed: Double? = row[1], score: Double? = row[2]
+            put16(speed.map { Int(max(0, min(65_534, ($0 * 10).rounded()))) } ?? 0xFFFF, at: header)
+            put16(score.map { Int(max(0, min(65_534, ($0 * 10).rounded()))) } ?? 0xFFFF, at: header + 2)
+            for byte in 0..<4 { out[header + 4 + byte] = UInt8(truncatingIfNeeded: written >> (8 * byte)) }
+        }
+        return out
+    }
+}
