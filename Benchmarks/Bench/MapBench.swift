@@ -9,10 +9,11 @@ import StatsCore
 import StatsStore
 
 /// `drivebus-bench map`: the interactive map at scale (issue 20).
-/// - `map.lod`: trips around one city (`--points` track points in `--trips` trips, 1 Hz random
-///   drives) stored as `trip.ended` into the stats database, which cuts each into its tiles; the
-///   time, the tiles' share of it, the rows, and that cost against ingest's own rate for the same
-///   number of fixes (a generated history imported through the real ingest, in the same run).
+/// - `map.lod`: trips around one city (`--points` fixes in `--trips` trips, 1 Hz drives on
+///   road-like paths, simplified at 5 m as the trips service does) stored as `trip.ended` into the
+///   stats database, which cuts each into its tiles, and into one without tiles; the difference,
+///   the rows, and that cost against ingest's own time for the same number of fixes (a generated
+///   history imported through the real ingest, in the same run).
 /// - `map.tiles`: the real drivebus-stats over that database, tiles requested over HTTP at every
 ///   zoom around the trips; server time per tile (p50, p99, max) and sizes.
 /// - `map.browser` (`--browser`): the page in headless Chromium (Tests/Browser/map_check.py): the
@@ -23,8 +24,11 @@ struct MapBench: AsyncParsableCommand {
     @Option(help: "Trips to store.")
     var trips = 10_000
 
-    @Option(help: "Track points in all trips.")
+    @Option(help: "Fixes in all trips (1 Hz).")
     var points = 10_000_000
+
+    @Flag(help: "Give stats every fix as the trip's track instead of the trips service's simplified one.")
+    var unsimplified = false
 
     @Option(help: "Devices the trips are spread over.")
     var devices = 4
@@ -93,21 +97,35 @@ struct MapBench: AsyncParsableCommand {
         let projection = LocalProjection(origin: center)
         let start = Date(timeIntervalSince1970: 1_700_000_000)
         var sample: [[Coordinate]] = []
-        var storeSeconds = 0.0, plainSeconds = 0.0, tilesSeconds = 0.0, made = 0, payloadBytes = 0
+        var storeSeconds = 0.0, plainSeconds = 0.0, tilesSeconds = 0.0, made = 0, trackPoints = 0, payloadBytes = 0
         var batch: [StoredEvent] = []
         for trip in 0..<trips {
             let count = points / trips + (trip < points % trips ? 1 : 0)
-            // Drives start anywhere in a 40 km square and wander at 14 m/s for 1 s a point.
+            // A drive is `count` fixes, 1 s apart, starting anywhere in a 40 km square: roads are
+            // straight for 10 s to 2 min, then turn; speeds vary, GPS wanders by a few metres. The
+            // trips service keeps the track simplified at 5 m, so stats gets that (`--unsimplified`:
+            // every fix, the worst case).
             var x = random.unit() * 40_000 - 20_000, y = random.unit() * 40_000 - 20_000
             var heading = random.unit() * 2 * Double.pi
-            var track: [Coordinate] = []
-            track.reserveCapacity(count)
+            var straight = 0, speed = 14.0
+            var fixes: [Coordinate] = []
+            fixes.reserveCapacity(count)
             for _ in 0..<count {
-                track.append(projection.unproject(x: x, y: y))
-                heading += (random.unit() - 0.5) * 0.3
-                x += 14 * cos(heading)
-                y += 14 * sin(heading)
+                fixes.append(projection.unproject(x: x + (random.unit() - 0.5) * 4, y: y + (random.unit() - 0.5) * 4))
+                if straight <= 0 {
+                    heading += (random.unit() < 0.5 ? -1 : 1) * (Double.pi / 2 + (random.unit() - 0.5) * 0.7)
+                    straight = 10 + Int(random.unit() * 110)
+                    speed = 6 + random.unit() * 22
+                }
+                straight -= 1
+                heading += (random.unit() - 0.5) * 0.02
+                x += speed * cos(heading)
+                y += speed * sin(heading)
             }
+            let track = unsimplified ? fixes : DouglasPeucker.simplified(fixes, epsilonM: 5)
+            // For the colours: most trips are drives, some slower.
+            let averageSpeed = random.unit() < 0.8 ? 8 + random.unit() * 20 : 1 + random.unit() * 6
+            trackPoints += track.count
             made += count
             if trip % max(1, trips / 200) == 0 { sample.append(track) }
             // The tiles alone, timed apart, to say how much of the storing they are.
@@ -119,8 +137,8 @@ struct MapBench: AsyncParsableCommand {
             precondition(bytes > 0)
 
             let device = "car\(trip % devices)"
-            let tripStart = start.addingTimeInterval(Double(trip) * 3 * 86_400 / 2)
-            var payload = Array("{\"trip_id\":\"\(device)-\(trip)\",\"device\":\"\(device)\",\"start_time\":\"\(RFC3339.format(tripStart))\",\"end_time\":\"\(RFC3339.format(tripStart.addingTimeInterval(Double(count))))\",\"duration_s\":\(count),\"distance_m\":\(14 * count),\"avg_speed_mps\":14,\"max_speed_mps\":25,\"fix_count\":\(count),\"track\":[".utf8)
+            let tripStart = start.addingTimeInterval(Double(trip) * 32_000)  // ten years of 10,000 trips
+            var payload = Array("{\"trip_id\":\"\(device)-\(trip)\",\"device\":\"\(device)\",\"start_time\":\"\(RFC3339.format(tripStart))\",\"end_time\":\"\(RFC3339.format(tripStart.addingTimeInterval(Double(count))))\",\"duration_s\":\(count),\"distance_m\":\(14 * count),\"avg_speed_mps\":\(Decimal64.text(averageSpeed, places: 1)),\"max_speed_mps\":\(Decimal64.text(averageSpeed * 1.8, places: 1)),\"fix_count\":\(count),\"track\":[".utf8)
             for (index, point) in track.enumerated() {
                 if index > 0 { payload.append(UInt8(ascii: ",")) }
                 payload += Array("[\(Decimal64.text(point.lat, places: 7)),\(Decimal64.text(point.lon, places: 7))]".utf8)
@@ -131,6 +149,10 @@ struct MapBench: AsyncParsableCommand {
             if batch.count == 20 || trip == trips - 1 {
                 let started = ContinuousClock.now
                 try await store.store(batch)
+                // As the stats service does once a second, here once per 500 trips stored.
+                if (trip + 1) % 500 < batch.count || trip == trips - 1 {
+                    while try await store.updateMap(limit: 500) > 0 {}
+                }
                 storeSeconds += seconds(started.duration(to: .now))
                 let plainStarted = ContinuousClock.now
                 try await plain.store(batch)
@@ -141,9 +163,9 @@ struct MapBench: AsyncParsableCommand {
         let counts = try await store.mapTileStorage()
         let fileBytes = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
         return ([
-            "name": "map.lod", "trips": trips, "points": made, "store_s": (storeSeconds * 100).rounded() / 100,
+            "name": "map.lod", "trips": trips, "points": made, "track_points": trackPoints, "unsimplified": unsimplified, "store_s": (storeSeconds * 100).rounded() / 100,
             "store_without_tiles_s": (plainSeconds * 100).rounded() / 100, "tiles_s": ((storeSeconds - plainSeconds) * 100).rounded() / 100,
-            "cut_s": (tilesSeconds * 100).rounded() / 100, "cut_us_per_point": (tilesSeconds / Double(made) * 1e7).rounded() / 10,
+            "cut_s": (tilesSeconds * 100).rounded() / 100, "cut_us_per_fix": (tilesSeconds / Double(made) * 1e7).rounded() / 10,
             "tile_rows": counts.rows, "tile_line_mb": Double(counts.lineBytes / 1000) / 1000, "database_mb": Double(fileBytes / 1000) / 1000,
             "trip_payload_mb": Double(payloadBytes / 1000) / 1000,
         ], sample)

@@ -18,15 +18,15 @@ import Testing
     }
 
     @Test func aShortTrackLiesInOneTileAtEveryZoomWhereItIs() {
-        // 140 m in Vienna, inside tile 14/8937/5681.
+        // 140 m in Vienna, inside tile 13/4468/2840.
         let track = [Coordinate(lat: 48.2070, lon: 16.3710), Coordinate(lat: 48.2080, lon: 16.3720)]
         let pieces = MapTiles.pieces(of: track)
-        #expect(pieces.map(\.tile.z) == Array(0...14))
-        #expect(pieces.last?.tile == MapTiles.TileID(z: 14, x: 8937, y: 5681))
+        #expect(pieces.map(\.tile.z) == Array(0...13))
+        #expect(pieces.last?.tile == MapTiles.TileID(z: 13, x: 4468, y: 2840))
         for piece in pieces {
-            #expect(piece.tile == MapTiles.TileID(z: 14, x: 8937, y: 5681).ancestor(at: piece.tile.z))
+            #expect(piece.tile == MapTiles.TileID(z: 13, x: 4468, y: 2840).ancestor(at: piece.tile.z))
         }
-        // At zoom 14 a unit is 0.4 m here: the line's ends are the track's ends.
+        // At zoom 13 a unit is 0.8 m here: the line's ends are the track's ends.
         let line = pieces.last!.lines
         #expect(line.count == 1 && line[0].count == 4)
         let start = coordinate(line[0][0], line[0][1], in: pieces.last!.tile)
@@ -44,17 +44,17 @@ import Testing
             Coordinate(lat: 48.2 + Double(index) * 0.00018, lon: 16.37 + (index % 2 == 0 ? 0 : 0.00027))
         }
         let pieces = MapTiles.pieces(of: track)
-        let points14 = pieces.filter { $0.tile.z == 14 }.reduce(0) { $0 + $1.lines.reduce(0) { $0 + $1.count / 2 } }
+        let points13 = pieces.filter { $0.tile.z == 13 }.reduce(0) { $0 + $1.lines.reduce(0) { $0 + $1.count / 2 } }
         let points11 = pieces.filter { $0.tile.z == 11 }.reduce(0) { $0 + $1.lines.reduce(0) { $0 + $1.count / 2 } }
-        #expect(points14 >= 101)
+        #expect(points13 >= 101)
         #expect(points11 == 2)
     }
 
     @Test func aLongSegmentIsCutAtTileEdgesWithinTheBuffer() {
-        // 25 km due east along a parallel: at zoom 14 (2.4 km × cos 48° a tile) about 15 tiles.
+        // 25 km due east along a parallel: at zoom 13 (4.9 km × cos 48° a tile) about 8 tiles.
         let track = [Coordinate(lat: 48.2, lon: 16.0), Coordinate(lat: 48.2, lon: 16.335)]
-        let deep = MapTiles.pieces(of: track).filter { $0.tile.z == 14 }
-        let first = Int((16.0 + 180) / 360 * 16384), last = Int((16.335 + 180) / 360 * 16384)
+        let deep = MapTiles.pieces(of: track).filter { $0.tile.z == 13 }
+        let first = Int((16.0 + 180) / 360 * 8192), last = Int((16.335 + 180) / 360 * 8192)
         #expect(deep.map(\.tile.x) == Array(first...last))
         for piece in deep {
             #expect(piece.lines.count == 1)
@@ -66,8 +66,8 @@ import Testing
     }
 
     @Test func deeperTilesAreCutFromTheDeepestStoredOne() {
-        let parent = MapTiles.TileID(z: 14, x: 100, y: 200)
-        let child = MapTiles.TileID(z: 16, x: 401, y: 802)  // the second column and third row of its 4 × 4
+        let parent = MapTiles.TileID(z: 13, x: 100, y: 200)
+        let child = MapTiles.TileID(z: 15, x: 401, y: 802)  // the second column and third row of its 4 × 4
         #expect(child.stored == parent)
         // A line across the parent's middle, in the child's column.
         let lines: [[Int32]] = [[1100, 2100, 1900, 2300]]
@@ -106,6 +106,7 @@ import Testing
 
     /// A served tile read back: each trip's speed (dm/s) and score (× 10), newest first.
     func tripsInTile(_ store: StatsStore, _ tile: MapTiles.TileID, _ filter: MapFilter = .init()) async throws -> [(speed: Int, score: Int, lines: [[Int32]])] {
+        try await store.updateMap()
         let bytes = try await store.mapTile(tile, filter)
         #expect(Array(bytes.prefix(4)) == Array("DBT1".utf8))
         func value(_ at: Int, _ size: Int) -> Int { (0..<size).reduce(0) { $0 | Int(bytes[at + $1]) << (8 * $1) } }
@@ -121,6 +122,7 @@ import Testing
     }
 
     func pick(_ store: StatsStore, _ tile: MapTiles.TileID, at point: Coordinate, _ filter: MapFilter = .init()) async throws -> String? {
+        try await store.updateMap()
         let world = Double(MapTiles.extent) * Double(1 << tile.z)
         let lat = point.lat * .pi / 180
         let x = (point.lon + 180) / 360 * world - Double(tile.x * MapTiles.extent)
@@ -133,7 +135,7 @@ import Testing
         let scratch = StatsScratch()
         let store = try StatsStore(.init(path: scratch.database))
         let drive = [[48.2070, 16.3710], [48.2080, 16.3720]]
-        let walk = [[48.2075, 16.3710], [48.2085, 16.3720]]  // 55 m north: apart at zoom 14
+        let walk = [[48.2075, 16.3710], [48.2085, 16.3720]]  // 55 m north: apart at zoom 13
         try await store.store([
             trip("drive-1", start: "2026-01-05T10:00:00Z", speed: 12, drive),
             trip("walk-1", device: "phone", start: "2026-02-05T10:00:00Z", speed: 1.2, walk),
@@ -148,7 +150,7 @@ import Testing
         #expect(try await pick(store, tile, at: Coordinate(lat: 48.2075, lon: 16.3710)) == "walk-1")
         #expect(try await pick(store, tile, at: Coordinate(lat: 48.2070, lon: 16.3710)) == "drive-1")
         #expect(try await pick(store, tile, at: Coordinate(lat: 48.2075, lon: 16.3710), MapFilter(kind: .drive)) == nil)
-        // Deeper than stored: cut from zoom 14, and only where the trips are.
+        // Deeper than stored: cut from zoom 13, and only where the trips are.
         let deep = MapTiles.TileID(z: 17, x: 8937 * 8, y: 5681 * 8 + 1)
         #expect(try await tripsInTile(store, deep).count == 2)
         #expect(try await pick(store, deep, at: Coordinate(lat: 48.2070, lon: 16.3710)) == "drive-1")
@@ -165,11 +167,30 @@ import Testing
         try await store.store([trip("drive-1", start: "2026-01-05T10:00:00Z", speed: 12, [[52.5, 13.4], [52.51, 13.41]], event: "e-drive-1-again")])
         #expect(try await tripsInTile(store, tile).map(\.speed) == [12, 300])
 
+        try await store.updateMap()
         let bounds = statsParse(String(decoding: try await store.mapBoundsJSON(MapFilter(query: StatsQuery(device: "car", from: statsTime("2026-01-01T00:00:00Z")))), as: UTF8.self))
         #expect(bounds.stats("trips")?.statsNumber == 2)
         #expect(bounds.stats("bounds")?.statsArray.map { $0.statsArray.compactMap(\.statsNumber) } == [[52.5, 13.4], [52.51, 13.41]])
         let none = statsParse(String(decoding: try await store.mapBoundsJSON(MapFilter(query: StatsQuery(device: "nobody"))), as: UTF8.self))
         #expect(none.stats("trips")?.statsNumber == 0 && none.stats("bounds") == .null)
+    }
+
+    @Test func tripsAreOnTheMapOnceTheMapIsUpdated() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        try await store.store((0..<5).map { index in
+            trip("t\(index)", start: "2026-01-0\(index + 1)T10:00:00Z", speed: 12, [[48.2070 + Double(index) * 0.001, 16.3710], [48.2080 + Double(index) * 0.001, 16.3720]])
+        })
+        let tile = MapTiles.TileID(z: 12, x: 8937 >> 2, y: 5681 >> 2)
+        #expect(try await store.mapTile(tile, MapFilter()) == Array("DBT1".utf8))
+        #expect(try await store.updateMap(limit: 3) == 3)
+        #expect(try await store.updateMap(limit: 3) == 2)
+        #expect(try await store.updateMap(limit: 3) == 0)
+        #expect(try await tripsInTile(store, tile).count == 5)
+        // Without the map, nothing is queued.
+        let plain = try StatsStore(.init(path: scratch.path + "/plain.sqlite", mapTiles: false))
+        try await plain.store([trip("t", start: "2026-01-01T10:00:00Z", speed: 12, [[48.2, 16.37], [48.21, 16.38]])])
+        #expect(try await plain.updateMap() == 0)
     }
 
     @Test func aTileSendsOnlyWhatPaintsAFreeCell() {

@@ -33,6 +33,11 @@ import Testing
         let listed = try await http("GET", base + "/api/v1/trips")
         let trips = ((try JSONSerialization.jsonObject(with: Data(listed.body.utf8))) as? [String: Any])?["trips"] as? [[String: Any]] ?? []
         #expect(Set(trips.compactMap { $0["device"] as? String }) == ["car", "bus"])
+        // Stats cuts trips into the map's tiles within a second of storing them.
+        #expect(await eventually(within: .seconds(10)) {
+            let body = (try? await http("GET", base + "/api/v1/map/bounds"))?.body ?? ""
+            return ((try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any])?["trips"] as? Int == trips.count
+        })
         let car = try #require(trips.first { $0["device"] as? String == "car" })
         let carID = try #require(car["trip_id"] as? String)
         let detail = try await http("GET", base + "/api/v1/trips/" + carID)

@@ -77,6 +77,7 @@ final class StatsRecorder: Service, Sendable {
                     if let beat = try? beat.decode(Heartbeat.self) { self.metrics.record(beat) }
                 }
             }
+            group.addTask { await self.keepMapCurrent() }
             for source in Self.eventSources {
                 let from = try await store.cursor(source.name)
                 group.addTask { try await self.follow(source, from: from) }
@@ -85,6 +86,20 @@ final class StatsRecorder: Service, Sendable {
                 from: from, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
             ) { messages, _ in try await self.storeJournal(messages) }
             group.cancelAll()
+        }
+    }
+
+    /// Cuts newly stored trips into the map's tiles once a second, up to 500 in a write: during
+    /// an import, trips end by the hundred, and writing them together is what keeps the map
+    /// cheap (docs/map.md). A failure is logged and tried again a second later.
+    private func keepMapCurrent() async {
+        while !Task.isCancelled {
+            do {
+                while try await store.updateMap(limit: 500) == 500, !Task.isCancelled {}
+            } catch {
+                context.logger.warning("map tiles not updated: \(error)")
+            }
+            try? await Task.sleep(for: .seconds(1))
         }
     }
 

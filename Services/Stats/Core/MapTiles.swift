@@ -13,9 +13,10 @@ public enum MapTiles {
     public static let extent = 4096
     /// Units kept beyond a tile's edges: a line's width and round cap, with room to spare.
     public static let buffer = 64
-    /// The deepest stored zoom (about 2.4 km a tile at the equator, 0.6 m a unit). Deeper tiles
-    /// are cut from it on request: the trips' own tracks are simplified to metres already.
-    public static let maxStoredZoom = 14
+    /// The deepest stored zoom (4.9 km a tile at the equator, 1.2 m a unit; half a pixel is 9.5 m
+    /// there, 6.4 m at 48°). Deeper tiles are cut from it on request: the trips' own tracks are
+    /// simplified at 5 m already, so a deeper level would add rows and no detail.
+    public static let maxStoredZoom = 13
     /// The deepest zoom served.
     public static let maxZoom = 20
     /// Douglas-Peucker tolerance at every zoom, in that zoom's pixels.

@@ -150,8 +150,9 @@ enum MapPage {
               }
               state.tripsDrawn++;
             }
-            // A busy tile gets hairlines: a software canvas strokes wide lines several times slower.
-            context.lineWidth = (segments > 4000 ? 1 : 2.2) * ratio;
+            // A busy tile gets hairlines: a canvas without a GPU strokes wider lines many times slower
+            // (measured in docs/map.md), and a busy tile is a web of lines either way.
+            context.lineWidth = (segments > 500 ? 1 : 2.2) * ratio;
             context.lineJoin = "round"; context.lineCap = "round";
             context.globalAlpha = 0.8;
             var colours = legends[document.getElementById("colour").value];
@@ -217,12 +218,14 @@ enum MapPage {
           }
 
           // A plain background's graticule: meridians and parallels at a round step for the
-          // zoom, labelled along the tile's top and left edges.
+          // zoom, labelled along each tile's top and left edges.
           function graticule(tile, coords, size, ratio) {
             var context = tile.getContext("2d");
             context.save();
             context.scale(ratio, ratio);
-            var step = [45, 30, 15, 10, 5, 2, 1, 0.5, 0.2, 0.1, 0.05, 0.02, 0.01, 0.005, 0.002, 0.001, 0.0005, 0.0002, 0.0001, 0.00005, 0.00002][Math.min(20, coords.z)];
+            // A round step (1, 2 or 5 × 10ⁿ degrees) of at least 120 pixels at this zoom.
+            var wanted = 120 * 360 / (256 * Math.pow(2, coords.z)), power = Math.pow(10, Math.floor(Math.log10(wanted)));
+            var step = [1, 2, 5, 10].map(function (m) { return m * power; }).filter(function (v) { return v >= wanted; })[0];
             var nw = map.unproject([coords.x * size.x, coords.y * size.y], coords.z);
             var se = map.unproject([(coords.x + 1) * size.x, (coords.y + 1) * size.y], coords.z);
             context.strokeStyle = "#dcd9cf"; context.lineWidth = 1;

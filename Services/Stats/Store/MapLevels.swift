@@ -54,6 +54,14 @@ extension StatsStore {
         }
     }
 
+    /// Cuts the trips stored since the last call into the map's tiles, up to `limit` in one
+    /// write; returns how many it took (0: the map is current). The stats service calls it every
+    /// second, so a trip is on the map a second after it is stored.
+    @discardableResult
+    public func updateMap(limit: Int = 500) async throws -> Int {
+        try await pool.write { db in try MapLevels.update(db, limit: limit) }
+    }
+
     /// How many tile rows there are and the bytes of their lines, for the benchmark and `docs/map.md`.
     public func mapTileStorage() async throws -> (rows: Int, lineBytes: Int) {
         try await pool.read { db in
@@ -105,51 +113,75 @@ enum MapLevels {
             PRIMARY KEY (z, x, y, start_ms, trip_id)
         ) WITHOUT ROWID;
         CREATE INDEX map_tiles_by_trip ON map_tiles(trip_id);
+        CREATE TABLE map_pending (trip_id TEXT PRIMARY KEY NOT NULL);
         """
 
-    /// Replaces a trip's tiles: a re-computed trip (same id) moves on the map too. The filter's
-    /// columns and the score sit in every row, and rows are kept in time order within a tile, so
-    /// a tile is one range read, newest first, with no joins and no sort.
-    static func store(
-        tripID: String, device: String, startMs: Int64, avgSpeedMps: Double?, maxSpeedMps: Double?,
-        track: [Coordinate], in db: Database
-    ) throws {
-        try remove(tripID: tripID, in: db)
-        guard !track.isEmpty else { return }
-        let kind = TripKind(avgSpeedMps: avgSpeedMps, maxSpeedMps: maxSpeedMps).rawValue
-        let score = try Double.fetchOne(db, sql: "SELECT score FROM scores WHERE trip_id = ?", arguments: [tripID])
-        try db.execute(sql: """
+    /// Cuts up to `limit` pending trips (`map_pending`, filled as trips are stored) into their
+    /// tiles, in one transaction; returns how many it took. A re-computed trip (same id) moves on
+    /// the map too. The filter's columns and the score sit in every row, and rows are kept in time
+    /// order within a tile, so a tile is one range read, newest first, with no joins and no sort.
+    /// Rows are written in key order: trips taken together share the pages of their tiles, which
+    /// is most of what writing them costs.
+    static func update(_ db: Database, limit: Int) throws -> Int {
+        let pending = try Row.fetchAll(db, sql: """
+            SELECT p.rowid, p.trip_id, t.device, t.start_ms, t.avg_speed_mps, t.max_speed_mps, t.track, s.score
+            FROM map_pending p LEFT JOIN trips t USING (trip_id) LEFT JOIN scores s USING (trip_id)
+            ORDER BY p.rowid LIMIT ?
+            """, arguments: [limit])
+        guard let lastRowID: Int64 = pending.last?[0] else { return 0 }
+        struct Insert {
+            var tile: MapTiles.TileID, startMs: Int64, tripID: String, device: String, kind: String
+            var avgSpeedMps: Double?, score: Double?, lines: [UInt8]
+        }
+        var inserts: [Insert] = []
+        let insertTrip = try db.cachedStatement(sql: """
             INSERT INTO map_trips (trip_id, device, start_ms, kind, min_lat, min_lon, max_lat, max_lon) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [
+            """)
+        for row in pending {
+            let tripID: String = row[1]
+            try remove(tripID: tripID, in: db)
+            // A trip that is gone, or has nothing to draw, has no tiles.
+            guard let device: String = row[2], let startMs: Int64 = row[3], let text: String = row[6] else { continue }
+            let track = TripQueries.parseTrack(text)
+            guard !track.isEmpty else { continue }
+            let avgSpeedMps: Double? = row[4], maxSpeedMps: Double? = row[5]
+            let kind = TripKind(avgSpeedMps: avgSpeedMps, maxSpeedMps: maxSpeedMps).rawValue
+            try insertTrip.execute(arguments: [
                 tripID, device, startMs, kind, track.map(\.lat).min()!, track.map(\.lon).min()!, track.map(\.lat).max()!, track.map(\.lon).max()!,
             ])
-        let insert = try db.cachedStatement(sql: """
+            for piece in MapTiles.pieces(of: track) {
+                inserts.append(Insert(
+                    tile: piece.tile, startMs: startMs, tripID: tripID, device: device, kind: kind, avgSpeedMps: avgSpeedMps,
+                    score: row[7], lines: MapTiles.encode(piece.lines)))
+            }
+        }
+        inserts.sort { ($0.tile, $0.startMs, $0.tripID) < ($1.tile, $1.startMs, $1.tripID) }
+        let insert = try RawInsert(db, sql: """
             INSERT INTO map_tiles (z, x, y, trip_id, device, start_ms, kind, avg_speed_mps, score, lines) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """)
-        for piece in MapTiles.pieces(of: track) {
-            try insert.execute(arguments: [
-                piece.tile.z, piece.tile.x, piece.tile.y, tripID, device, startMs, kind, avgSpeedMps, score, Data(MapTiles.encode(piece.lines)),
-            ])
+        for row in inserts {
+            _ = try insert.run { bind in
+                bind.integer(Int64(row.tile.z)); bind.integer(Int64(row.tile.x)); bind.integer(Int64(row.tile.y))
+                bind.text(row.tripID); bind.text(row.device); bind.integer(row.startMs); bind.text(row.kind)
+                bind.real(row.avgSpeedMps); bind.real(row.score); bind.blob(row.lines)
+            }
         }
+        try db.execute(sql: "DELETE FROM map_pending WHERE rowid <= ?", arguments: [lastRowID])
+        return pending.count
     }
 
     static func remove(tripID: String, in db: Database) throws {
-        try db.execute(sql: "DELETE FROM map_tiles WHERE trip_id = ?", arguments: [tripID])
-        try db.execute(sql: "DELETE FROM map_trips WHERE trip_id = ?", arguments: [tripID])
+        try db.cachedStatement(sql: "DELETE FROM map_tiles WHERE trip_id = ?").execute(arguments: [tripID])
+        try db.cachedStatement(sql: "DELETE FROM map_trips WHERE trip_id = ?").execute(arguments: [tripID])
     }
 
     static func updateScore(tripID: String, score: Double?, in db: Database) throws {
         try db.execute(sql: "UPDATE map_tiles SET score = ? WHERE trip_id = ?", arguments: [score, tripID])
     }
 
-    /// Fills the tables from the trips stored before they existed.
-    static func backfill(_ db: Database) throws {
-        let trips = try Row.fetchCursor(db, sql: "SELECT trip_id, device, start_ms, avg_speed_mps, max_speed_mps, track FROM trips")
-        while let row = try trips.next() {
-            try store(
-                tripID: row[0], device: row[1], startMs: row[2], avgSpeedMps: row[3], maxSpeedMps: row[4],
-                track: TripQueries.parseTrack(row[5]), in: db)
-        }
+    /// Queues a stored trip for `update`.
+    static func enqueue(tripID: String, in db: Database) throws {
+        try db.execute(sql: "INSERT OR IGNORE INTO map_pending (trip_id) VALUES (?)", arguments: [tripID])
     }
 
     /// A tile's rows through the filter, newest first: `trip_id`, `avg_speed_mps`, `score` and

@@ -237,11 +237,7 @@ enum Projector {
             INSERT INTO devices (device, first_ms, last_ms) VALUES (?, ?, ?)
             ON CONFLICT(device) DO UPDATE SET first_ms = min(first_ms, excluded.first_ms), last_ms = max(last_ms, excluded.last_ms)
             """, arguments: [try p.device(event), milliseconds(start), milliseconds(end)])
-        if mapTiles {
-            try MapLevels.store(
-                tripID: id, device: try p.device(event), startMs: milliseconds(start), avgSpeedMps: p.double("avg_speed_mps"),
-                maxSpeedMps: p.double("max_speed_mps"), track: TripQueries.parseTrack(String(decoding: track, as: UTF8.self)), in: db)
-        }
+        if mapTiles { try MapLevels.enqueue(tripID: id, in: db) }
     }
 
     private static func projectScore(_ p: Payload, event: StoredEvent, in db: Database) throws {

@@ -57,8 +57,8 @@ public final class StatsStore: Sendable {
         public var durability: Durability
         /// SQLite reader connections: each streaming export holds one for its whole run.
         public var maxReaders: Int
-        /// Whether trips are cut into the interactive map's tiles as they end (`MapLevels`); the
-        /// benchmark turns it off to measure what the tiles cost.
+        /// Whether stored trips are queued to be cut into the interactive map's tiles
+        /// (`updateMap`); the benchmark turns it off to measure what the tiles cost.
         public var mapTiles: Bool
 
         public init(
@@ -355,7 +355,7 @@ enum StatsSchema {
         migrator.registerMigration("v7-map-tiles") { db in
             // The interactive map's level of detail (issue 20), filled from the trips so far.
             try db.execute(sql: MapLevels.schema)
-            try MapLevels.backfill(db)
+            try db.execute(sql: "INSERT INTO map_pending (trip_id) SELECT trip_id FROM trips ORDER BY start_ms")
         }
         return migrator
     }
