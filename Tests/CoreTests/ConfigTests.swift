@@ -77,11 +77,20 @@ import Testing
         ("costs: {rentals: [{start_fee: 1}]}", "config error: costs.rentals[0].name: is required"),
         ("costs: {own_car: {expenses: [{date: 2025-13-01, amount: 5}]}}", #"config error: costs.own_car.expenses[0].date: expected YYYY-MM-DD, got "2025-13-01""#),
         ("checkout: {lead_time_s: 0}", "config error: checkout.lead_time_s: must be from 1 to 3600, got 0"),
+        (#"stats: {map: {tile_url: "https://tiles.example/{z}/{x}.png"}}"#, #"config error: stats.map.tile_url: expected an http(s) URL with {z}, {x} and {y}"#),
+        ("stats: {map: {tiles: x}}", "config error: stats.map.tiles: unknown key"),
     ])
     func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
         let message = error(yaml)
         #expect(message?.hasPrefix(expected) == true, "got: \(message ?? "no error")")
         #expect(message?.contains("\n") == false)
+    }
+
+    @Test func theMapsBaseLayerIsOptional() throws {
+        let none = try DrivebusConfig.parse(yaml: "").stats.map
+        #expect(none.tileURL == nil && none.attribution == nil && none.leafletDir == "/usr/share/javascript/leaflet")
+        let map = try DrivebusConfig.parse(yaml: #"stats: {map: {tile_url: "https://t.example/{z}/{x}/{y}.png", attribution: "© them", leaflet_dir: /opt/leaflet}}"#).stats.map
+        #expect(map.tileURL == "https://t.example/{z}/{x}/{y}.png" && map.attribution == "© them" && map.leafletDir == "/opt/leaflet")
     }
 
     @Test func theShippedExampleConfigIsValid() throws {

@@ -85,6 +85,12 @@ import Testing
         // A damaged blob gives the whole lines before the damage, never a crash.
         #expect(MapTiles.decode(Array(bytes.dropLast(3))) == [lines[0]])
         #expect(MapTiles.decode([0xff, 0x7f, 1]) == [])
+        // A line longer than a 16-bit count goes as two that share a point.
+        let long: [Int32] = (0..<40_000).flatMap { [Int32($0 % 4096), 7] }
+        let split = MapTiles.decode(MapTiles.encode([long]))
+        #expect(split.map(\.count) == [2 * 32_767, 2 * (40_000 - 32_766)])
+        #expect(split[0].suffix(2) == split[1].prefix(2))
+        #expect(Array(split[0]) + split[1].dropFirst(2) == long)
     }
 
     @Test func tripsAreKindedByTheirSpeeds() {
@@ -92,6 +98,7 @@ import Testing
         #expect(TripKind(avgSpeedMps: 4.5, maxSpeedMps: 11) == .cycle)
         #expect(TripKind(avgSpeedMps: 4.5, maxSpeedMps: 25) == .drive)
         #expect(TripKind(avgSpeedMps: 14, maxSpeedMps: 33) == .drive)
+        #expect(TripKind(avgSpeedMps: nil, maxSpeedMps: nil) == .drive)
     }
 
     // MARK: - Stored as trips end
@@ -161,8 +168,13 @@ import Testing
         #expect(try await tripsInTile(store, tile).map(\.speed) == [12, 120])
         #expect(try await pick(store, tile, at: Coordinate(lat: 48.2070, lon: 16.3710), MapFilter(query: StatsQuery(to: statsTime("2026-01-01T00:00:00Z")))) == "drive-0")
 
-        // The score arrives later and colours the trip; a re-computed trip moves.
+        // The score arrives later and colours the trip (a new data version); a re-computed trip moves.
+        func version() async throws -> Double? {
+            statsParse(String(decoding: try await store.mapBoundsJSON(MapFilter()), as: UTF8.self)).stats("version")?.statsNumber
+        }
+        let before = try #require(try await version())
         try await store.store([statsEvent("drive.scored", statsJSON(["trip_id": "drive-1", "device": "car", "score": 87.5] as [String: Any]))])
+        #expect(try await version() == before + 1)
         #expect(try await tripsInTile(store, tile, MapFilter(kind: .drive)).map(\.score) == [875])
         try await store.store([trip("drive-1", start: "2026-01-05T10:00:00Z", speed: 12, [[52.5, 13.4], [52.51, 13.41]], event: "e-drive-1-again")])
         #expect(try await tripsInTile(store, tile).map(\.speed) == [12, 300])

@@ -96,6 +96,8 @@ final class StatsRecorder: Service, Sendable {
         while !Task.isCancelled {
             do {
                 while try await store.updateMap(limit: 500) == 500, !Task.isCancelled {}
+            } catch is CancellationError {
+                return
             } catch {
                 context.logger.warning("map tiles not updated: \(error)")
             }

@@ -103,9 +103,9 @@ public enum MapTiles {
     // MARK: - Serving
 
     /// What of a tile is already painted, in cells of `cellUnits` (2 pixels of a 512-pixel
-    /// canvas). Trips are taken newest first; a segment whose every cell is painted already
-    /// would be drawn under other lines, and is not sent. So a tile never carries more than its
-    /// cells can show, however many trips cross it.
+    /// canvas). Trips are taken newest first; a segment whose every cell is painted already adds
+    /// nothing a person could see, and is not sent. So a tile never carries more than its cells
+    /// can show, however many trips cross it.
     public struct Coverage: Sendable {
         public static let cellUnits = 16
         static let side = MapTiles.extent / cellUnits
@@ -180,7 +180,8 @@ public enum MapTiles {
             return written
         }
 
-        /// The parts of `lines` that paint a free cell, as lines again.
+        /// The parts of `lines` that paint a free cell, as lines again: the plain form of
+        /// `appendVisible`, which the tests hold it to.
         public mutating func visible(_ lines: [[Int32]]) -> [[Int32]] {
             var out: [[Int32]] = []
             for line in lines {
@@ -237,9 +238,17 @@ public enum MapTiles {
             out.append(UInt8(truncatingIfNeeded: bits))
             out.append(UInt8(truncatingIfNeeded: bits >> 8))
         }
+        // A count is 16 bits too: a longer line goes as several, each starting where the last ended.
+        let longest = Int(Int16.max)
         for line in lines where line.count >= 2 {
-            put(Int32(line.count / 2))
-            for value in line.prefix(line.count & ~1) { put(value) }
+            let points = line.count / 2
+            var first = 0
+            repeat {
+                let count = min(longest, points - first)
+                put(Int32(count))
+                for value in line[(first * 2)..<((first + count) * 2)] { put(value) }
+                first += count - 1
+            } while first < points - 1
         }
         return out
     }
@@ -401,8 +410,13 @@ public enum MapTiles {
 public enum TripKind: String, Sendable, CaseIterable {
     case walk, cycle, drive
 
+    /// A trip without speeds counts as a drive: what most trips are.
     public init(avgSpeedMps: Double?, maxSpeedMps: Double?) {
-        let average = avgSpeedMps ?? 0, top = maxSpeedMps ?? average
+        guard let average = avgSpeedMps else {
+            self = .drive
+            return
+        }
+        let top = maxSpeedMps ?? average
         if average <= 2.2 && top <= 4 {
             self = .walk
         } else if average <= 7 && top <= 14 {

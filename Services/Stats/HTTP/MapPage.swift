@@ -7,8 +7,8 @@ enum MapPage {
     static func html(tileURL: String?, attribution: String?) -> String {
         let settings: [String: String] = ["tileURL": tileURL ?? "", "attribution": attribution ?? ""]
         var json = String(decoding: (try? JSONSerialization.data(withJSONObject: settings, options: [.sortedKeys])) ?? Data("{}".utf8), as: UTF8.self)
-        // Inside <script>, "</" could end the element early.
-        json = json.replacingOccurrences(of: "</", with: "<\\/")
+        // Inside <script>, no "<" at all: "</script" or "<!--" would change how the page parses.
+        json = json.replacingOccurrences(of: "<", with: "\\u003c")
         return template.replacingOccurrences(of: "__SETTINGS__", with: json)
     }
 
@@ -117,7 +117,7 @@ enum MapPage {
                   done(null, tile);
                 })
                 .catch(function (error) {
-                  if (error.name !== "AbortError") { state.error = String(error); }
+                  if (error.name !== "AbortError") problem(error);
                   done(error, tile);
                 })
                 .finally(function () { state.tilesLoading--; });
@@ -144,7 +144,6 @@ enum MapPage {
                 path.moveTo(view.getInt16(offset, true) * scale, view.getInt16(offset + 2, true) * scale);
                 for (var i = 1; i < count; i++) path.lineTo(view.getInt16(offset + 4 * i, true) * scale, view.getInt16(offset + 4 * i + 2, true) * scale);
                 segments += count - 1;
-                if (count === 1) path.lineTo(view.getInt16(offset, true) * scale + 0.01, view.getInt16(offset + 2, true) * scale);
                 offset += 4 * count;
                 state.linesDrawn++;
               }
@@ -176,28 +175,32 @@ enum MapPage {
           };
 
           // A click asks the server for the nearest trip within 8 pixels of it.
-          var highlight = null;
+          var highlight = null, clicks = 0;
           map.on("click", function (event) {
-            var zoom = map.getZoom(), point = map.project(event.latlng, zoom), size = trips.getTileSize();
+            // Wrapped: beside the antimeridian, or zoomed far out, the world repeats.
+            var zoom = map.getZoom(), point = map.project(event.latlng.wrap(), zoom), size = trips.getTileSize();
             var coords = {z: zoom, x: Math.floor(point.x / size.x), y: Math.floor(point.y / size.y)};
             var units = EXTENT / size.x;
             var query = filters().concat([
               "z=" + (zoom - 1), "x=" + coords.x, "y=" + coords.y, "radius=" + Math.round(8 * units),
               "unit_x=" + Math.round((point.x - coords.x * size.x) * units), "unit_y=" + Math.round((point.y - coords.y * size.y) * units)
             ]);
+            var click = ++clicks;
             fetch("api/v1/map/pick?" + query.join("&")).then(function (r) { return r.json(); }).then(function (answer) {
               if (answer.error) throw new Error(answer.error.message);
-              if (answer.trip_id) select(answer.trip_id, event.latlng); else unselect();
-            }).catch(function (error) { state.error = String(error); });
+              if (click !== clicks) return;  // a later click decides
+              if (answer.trip_id) select(answer.trip_id, event.latlng, click); else unselect();
+            }).catch(problem);
           });
           function unselect() {
             if (highlight) { map.removeLayer(highlight); highlight = null; }
             state.selected = null;
             map.closePopup();
           }
-          function select(id, at) {
+          function select(id, at, click) {
             fetch("api/v1/trips/" + encodeURIComponent(id)).then(function (r) { return r.json(); }).then(function (trip) {
               if (trip.error) throw new Error(trip.error.message);
+              if (click !== clicks) return;
               unselect();
               highlight = L.polyline((trip.track || []).map(function (p) { return [p[0], p[1]]; }),
                 {color: "#111", weight: 6, opacity: 0.85, interactive: false}).addTo(map);
@@ -214,7 +217,7 @@ enum MapPage {
               });
               L.popup().setLatLng(at).setContent(table).openOn(map);
               state.selected = {id: trip.trip_id || id, device: trip.device, distance_m: trip.distance_m, score: trip.score ? trip.score.score : null};
-            }).catch(function (error) { state.error = String(error); });
+            }).catch(problem);
           }
 
           // A plain background's graticule: meridians and parallels at a round step for the
@@ -243,20 +246,34 @@ enum MapPage {
             context.restore();
           }
 
+          // What the filters match, and the data's version: a new version draws the tiles again.
+          var refreshes = 0;
           function refresh(fit) {
+            var mine = ++refreshes;
             fetch("api/v1/map/bounds?" + filters().join("&")).then(function (r) { return r.json(); }).then(function (bounds) {
               if (bounds.error) throw new Error(bounds.error.message);
-              state.version = String(Date.now());
+              if (mine !== refreshes) return;  // the filters changed since
+              var changed = state.version !== String(bounds.version);
+              state.version = String(bounds.version);
               state.trips = bounds.trips;
               document.getElementById("summary").textContent = bounds.trips + (bounds.trips === 1 ? " trip" : " trips");
               if (fit || !map._loaded) {
                 if (bounds.bounds) map.fitBounds(bounds.bounds, {padding: [20, 20], maxZoom: 16, animate: false});
                 else map.setView([30, 0], 2, {animate: false});
               }
-              if (!map.hasLayer(trips)) trips.addTo(map); else trips.redraw();
+              if (!map.hasLayer(trips)) trips.addTo(map); else if (fit || changed) trips.redraw();
               state.refreshes++;
-            }).catch(function (error) { state.error = String(error); });
+            }).catch(function (error) {
+              problem(error);
+              if (!map._loaded) map.setView([30, 0], 2, {animate: false});
+            });
           }
+          function problem(error) {
+            state.error = String(error);
+            document.getElementById("summary").textContent = String(error.message || error);
+          }
+          // New trips appear without a reload.
+          setInterval(function () { if (!document.hidden) refresh(false); }, 15000);
           ["device", "from", "to", "kind"].forEach(function (name) {
             document.getElementById(name).addEventListener("change", function () { unselect(); refresh(true); });
           });
@@ -266,7 +283,7 @@ enum MapPage {
             var select = document.getElementById("device");
             (answer.devices || []).forEach(function (device) {
               var option = document.createElement("option");
-              option.textContent = device.device || device.id;
+              option.textContent = device.device;
               select.appendChild(option);
             });
           }).catch(function () {});

@@ -58,7 +58,8 @@ func addMap(to router: Router<BasicRequestContext>, store: StatsStore, configura
             let tile = try mapTile(z: try number("z"), x: try number("x"), y: try number("y"))
             return Response(
                 status: .ok,
-                // The page names the data's version in the URL (`v`), so a tile of a version never changes.
+                // The page names the map's data version in the URL (`v`, from /bounds): a tile of a
+                // version never changes.
                 headers: [.contentType: "application/octet-stream", .cacheControl: request.uri.queryParameters["v"] == nil ? "no-store" : "max-age=3600"],
                 body: .init(byteBuffer: ByteBuffer(bytes: try await store.mapTile(tile, filter))))
         }
@@ -72,8 +73,8 @@ func addMap(to router: Router<BasicRequestContext>, store: StatsStore, configura
                 return try parameters.integer(name, default: 0, in: range)
             }
             let tile = try mapTile(
-                z: try required("z", in: 0...MapTiles.maxZoom), x: try required("x", in: 0...(1 << MapTiles.maxZoom)),
-                y: try required("y", in: 0...(1 << MapTiles.maxZoom)))
+                z: try required("z", in: 0...MapTiles.maxZoom), x: try required("x", in: 0...Int(Int32.max)),
+                y: try required("y", in: 0...Int(Int32.max)))
             // Where in the tile, in its units (0 to `extent` across; the page's 512 pixels).
             let span = -MapTiles.buffer...(MapTiles.extent + MapTiles.buffer)
             let x = try required("unit_x", in: span), y = try required("unit_y", in: span)

@@ -36,8 +36,8 @@ extension StatsStore {
         try await pool.read { db in try MapLevels.tile(db, tile: tile, filter: filter) }
     }
 
-    /// `GET /api/v1/map/pick`: the newest trip within `radius` tile units of a point of a tile,
-    /// `{"trip_id": …}` or `{"trip_id": null}`.
+    /// `GET /api/v1/map/pick`: the trip nearest a point of a tile, within `radius` tile units
+    /// (the newest of equally near ones), `{"trip_id": …}` or `{"trip_id": null}`.
     public func mapPickJSON(_ tile: MapTiles.TileID, x: Double, y: Double, radius: Double, _ filter: MapFilter) async throws -> [UInt8] {
         try await pool.read { db in
             var best: (id: String, distance: Double)?
@@ -69,7 +69,8 @@ extension StatsStore {
         }
     }
 
-    /// `GET /api/v1/map/bounds`: how many trips match and the box around them, for the first view.
+    /// `GET /api/v1/map/bounds`: how many trips match, the box around them for the first view,
+    /// and the map's data version.
     public func mapBoundsJSON(_ filter: MapFilter) async throws -> [UInt8] {
         try await pool.read { db in
             let row = try Row.fetchOne(db, sql: """
@@ -85,6 +86,8 @@ extension StatsStore {
                 writer.value(.null)
             }
             writer.key("trips"); writer.value(.number(Double(row?[0] as Int64? ?? 0)))
+            let version = try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'map'") ?? 0
+            writer.key("version"); writer.value(.number(Double(version)))
             writer.endObject()
             return writer.bytes
         }
@@ -167,6 +170,7 @@ enum MapLevels {
             }
         }
         try db.execute(sql: "DELETE FROM map_pending WHERE rowid <= ?", arguments: [lastRowID])
+        try bumpVersion(db)
         return pending.count
     }
 
@@ -177,6 +181,13 @@ enum MapLevels {
 
     static func updateScore(tripID: String, score: Double?, in db: Database) throws {
         try db.execute(sql: "UPDATE map_tiles SET score = ? WHERE trip_id = ?", arguments: [score, tripID])
+        if db.changesCount > 0 { try bumpVersion(db) }
+    }
+
+    /// The map's data version (`cursors.map`): it changes whenever a tile may have, so a page
+    /// names it in tile URLs and caches them, and sees when to draw again.
+    static func bumpVersion(_ db: Database) throws {
+        try db.execute(sql: "INSERT INTO cursors (name, value) VALUES ('map', 1) ON CONFLICT(name) DO UPDATE SET value = value + 1")
     }
 
     /// Queues a stored trip for `update`.
