@@ -126,7 +126,7 @@ let package = Package(
         .executableTarget(
             name: "drivebus",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore",
+                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore", "DrivebusJournal", grdb,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
             ],
             path: "Services/CLI"
