@@ -53,6 +53,7 @@ return {painted: painted, tiles: tiles};
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--url", required=True, help="the stats service, e.g. http://127.0.0.1:8091")
+    parser.add_argument("--query", default="", help="filters in the page's address, e.g. device=car")
     parser.add_argument("--click", help="LAT,LON on a trip to click")
     parser.add_argument("--device", help="a device to filter by at the end")
     parser.add_argument("--steps", default="zoomIn,zoomIn,panRight,panDown,zoomOut,panLeft,zoomIn,zoomIn")
@@ -68,7 +69,7 @@ def main():
     driver.set_script_timeout(args.timeout)
     result = {}
     try:
-        driver.get(args.url + "/map")
+        driver.get(args.url + "/map" + ("?" + args.query if args.query else ""))
         result["first_view_ms"] = driver.execute_async_script(
             "const done = arguments[0]; window.drivebusMap.whenIdle().then(() => done(performance.now()));")
         first = driver.execute_script(

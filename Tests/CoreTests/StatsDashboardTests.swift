@@ -309,8 +309,17 @@ final class Issue9Page: NSObject, XMLParserDelegate {
         #expect(page.texts["trips"]?.contains("harsh braking") == true)
         #expect(page.inSection("trips", "span").contains { $0.attributes["class"]?.hasPrefix("score ") == true })
 
-        // The map of all drives: one line per trip.
+        // The map of all drives: one line per trip, and a link to the interactive map.
         #expect(page.inSection("map", "polyline").count == trips)
+        #expect(page.inSection("map", "a").first?.attributes["href"] == "map")
+        #expect(page.texts["map"]?.contains("All drives") == true)
+        // Years of trips: the drawing keeps to the newest, and says so.
+        let capped = try #require(Issue9Page.parse(String(decoding: try await store.dashboardHTML(DashboardOptions(
+            now: issue9Now, device: "car", costs: issue9DashboardCosts(), knownDevices: known, mapTrips: 5)), as: UTF8.self)))
+        let carTrips = try await store.trips(StatsQuery(device: "car")).count
+        #expect(capped.inSection("map", "polyline").count == 5)
+        #expect(capped.texts["map"]?.contains("The latest 5 of \(carTrips) drives") == true)
+        #expect(capped.inSection("map", "a").first?.attributes["href"] == "map?device=car")
 
         // Thirty days away from home, with time counted on most of them.
         #expect(page.inSection("away", "rect").count == 30)

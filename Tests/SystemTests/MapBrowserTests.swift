@@ -78,5 +78,14 @@ import Testing
         #expect(filtered?["trips"] as? Int == trips.filter { $0["device"] as? String == "car" }.count, "\(seen)")
         #expect((filtered?["painted"] as? Int ?? 0) > 1000, "\(seen)")
         #expect((try? Data(contentsOf: URL(fileURLWithPath: screenshot)).count) ?? 0 > 10_000)
+
+        // A link with filters in it (the dashboard's, for one device) opens the map filtered.
+        let linked = try await run("/usr/bin/python3", [
+            fixtures.appendingPathComponent("../Browser/map_check.py").standardized.path, "--url", base, "--query", "device=bus", "--steps", "",
+        ])
+        #expect(linked.status == 0, "\(linked.stderr)")
+        let busView = try JSONSerialization.jsonObject(with: Data(linked.stdout.utf8)) as? [String: Any]
+        #expect(busView?["trips"] as? Int == trips.filter { $0["device"] as? String == "bus" }.count, "\(busView ?? [:])")
+        #expect(busView?["error"] is NSNull && (busView?["painted"] as? Int ?? 0) > 20, "\(busView ?? [:])")
     }
 }

@@ -274,14 +274,36 @@ enum MapPage {
           }
           // New trips appear without a reload.
           setInterval(function () { if (!document.hidden) refresh(false); }, 15000);
-          ["device", "from", "to", "kind"].forEach(function (name) {
-            document.getElementById(name).addEventListener("change", function () { unselect(); refresh(true); });
+          // Filters come from the address (`map?device=car&from=2026-01-01`), and go back to it,
+          // so that a view can be linked to.
+          var initial = new URLSearchParams(location.search);
+          ["device", "from", "to", "kind", "colour"].forEach(function (name) {
+            var value = initial.get(name), control = document.getElementById(name);
+            if (!value) return;
+            if (control.tagName === "SELECT" && !hasOption(control, value)) {
+              var option = document.createElement("option");
+              option.textContent = value;
+              control.appendChild(option);
+            }
+            control.value = value;
           });
-          document.getElementById("colour").addEventListener("change", function () { drawLegend(); trips.redraw(); });
+          function hasOption(select, value) {
+            return Array.prototype.some.call(select.options, function (option) { return (option.value || option.textContent) === value; });
+          }
+          function remember() {
+            var colour = document.getElementById("colour").value;
+            var query = filters().concat(colour === "speed" ? [] : ["colour=" + colour]).join("&");
+            history.replaceState(null, "", query ? "?" + query : location.pathname);
+          }
+          ["device", "from", "to", "kind"].forEach(function (name) {
+            document.getElementById(name).addEventListener("change", function () { unselect(); remember(); refresh(true); });
+          });
+          document.getElementById("colour").addEventListener("change", function () { drawLegend(); remember(); trips.redraw(); });
           document.getElementById("fit").addEventListener("click", function () { refresh(true); });
           fetch("api/v1/devices").then(function (r) { return r.json(); }).then(function (answer) {
             var select = document.getElementById("device");
             (answer.devices || []).forEach(function (device) {
+              if (hasOption(select, device.device)) return;
               var option = document.createElement("option");
               option.textContent = device.device;
               select.appendChild(option);

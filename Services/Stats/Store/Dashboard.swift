@@ -16,11 +16,15 @@ public struct DashboardOptions: Sendable {
     public var knownDevices: [KnownDevice]
     /// Whether the page may offer "Set up phone" (the setup route is on).
     public var phoneSetup: Bool
+    /// The drawing of drives shows the newest this many: it is inline, and years of trips would
+    /// make the page heavy. The interactive map (`/map`) has them all.
+    public var mapTrips: Int
 
     public init(
         now: Date = Date(), device: String? = nil, costs: CostsConfiguration = .init(), recentTrips: Int = 12, candidates: Int = 20,
-        knownDevices: [KnownDevice] = [], phoneSetup: Bool = false
+        knownDevices: [KnownDevice] = [], phoneSetup: Bool = false, mapTrips: Int = 1000
     ) {
+        self.mapTrips = mapTrips
         self.knownDevices = knownDevices
         self.phoneSetup = phoneSetup
         self.now = now
@@ -133,7 +137,7 @@ enum Dashboard {
         let costs = try await store.monthlyCosts(range, months: months.map(\.key), configuration: options.costs)
         // A small frame while there is nothing to draw.
         let mapHeight = drivesEver > 0 ? 720 : 240
-        var map = String(decoding: try await store.mapSVG(StatsQuery(device: device), width: 1200, height: mapHeight), as: UTF8.self)
+        var map = String(decoding: try await store.mapSVG(StatsQuery(device: device), width: 1200, height: mapHeight, newest: options.mapTrips), as: UTF8.self)
         // Inline: the XML declaration is not allowed inside the page.
         if map.hasPrefix("<?xml"), let end = map.range(of: "?>") { map = String(map[end.upperBound...]) }
         return Page(
@@ -198,7 +202,9 @@ enum Dashboard {
         let view = PageView(
             style: style, scope: options.device.map { "device \($0)" } ?? "all devices", drivesEver: data.drivesEver,
             updated: time(options.now), thisMonth: thisMonth(data), yearCharts: yearCharts(data), costs: costs(data, options.costs),
-            trips: data.trips.isEmpty ? nil : .init(rows: data.trips.map(tripRow)), mapSVG: data.mapSVG, away: away(data),
+            trips: data.trips.isEmpty ? nil : .init(rows: data.trips.map(tripRow)), mapSVG: data.mapSVG,
+            mapTitle: data.drivesEver > options.mapTrips ? "The latest \(options.mapTrips) of \(data.drivesEver) drives" : "All drives",
+            mapLink: "map" + (options.device.map { "?device=" + $0 } ?? ""), away: away(data),
             candidates: data.candidates.isEmpty ? nil : .init(rows: data.candidates.map(candidateRow)),
             devices: data.devices.isEmpty ? nil : .init(rows: data.devices.map { row in
                 PageView.DeviceRow(
@@ -249,6 +255,9 @@ enum Dashboard {
         struct Table<Row> { let rows: [Row] }
         let trips: Table<TripRow>?
         let mapSVG: String
+        let mapTitle: String
+        /// The interactive map, for the same device.
+        let mapLink: String
         /// The chart of hours away, or nil when no device has a home.
         let away: String?
         let candidates: Table<CandidateRow>?

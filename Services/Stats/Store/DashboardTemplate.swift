@@ -46,7 +46,7 @@ enum DashboardTemplate {
         </tbody></table>{{/trips}}
         {{^trips}}<p class="note">No trips yet.</p>{{/trips}}
         </section>
-        <section id="map"><h2>All drives · <a href="map">interactive map</a></h2><div class="map">{{{mapSVG}}}</div></section>
+        <section id="map"><h2>{{mapTitle}} · <a href="{{mapLink}}">interactive map</a></h2><div class="map">{{{mapSVG}}}</div></section>
         <section id="away"><h2>Time away from home · last 30 days</h2>
         {{#away}}<figure class="wide">{{{away}}}</figure>{{/away}}
         {{^away}}<p class="note">No home set: give a device a <code>home</code> zone in drivebus.yaml to see this.</p>{{/away}}

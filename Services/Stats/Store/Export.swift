@@ -212,12 +212,15 @@ enum ExportQueries {
         var track: String
     }
 
-    static func eachTrip(_ db: Database, query: StatsQuery, _ body: (TripRow) throws -> Void) throws {
+    /// Trips oldest first; with `newest`, only that many of the latest.
+    static func eachTrip(_ db: Database, query: StatsQuery, newest: Int? = nil, _ body: (TripRow) throws -> Void) throws {
         let rows = try Row.fetchCursor(db, sql: """
-            SELECT trip_id, device, start_ms, end_ms, distance_m, duration_s, ascent_m, descent_m, track FROM trips
-            WHERE start_ms >= ? AND start_ms < ? AND (?3 IS NULL OR device = ?3)
+            SELECT * FROM (
+                SELECT trip_id, device, start_ms, end_ms, distance_m, duration_s, ascent_m, descent_m, track FROM trips
+                WHERE start_ms >= ?1 AND start_ms < ?2 AND (?3 IS NULL OR device = ?3)
+                ORDER BY start_ms DESC, trip_id DESC LIMIT ?4)
             ORDER BY start_ms, trip_id
-            """, arguments: [query.fromMs, query.toMs, query.device])
+            """, arguments: [query.fromMs, query.toMs, query.device, newest ?? -1])
         while let row = try rows.next() {
             try body(TripRow(
                 tripID: row[0], device: row[1], startMs: row[2], endMs: row[3], distanceM: row[4], durationS: row[5],

@@ -9,11 +9,12 @@ import GRDB
 extension StatsStore {
     /// An SVG drawing of the same tracks as `map.geojson`: no tiles, a local projection fitted to
     /// `width` × `height` pixels, one `<polyline>` per trip, and a scale bar.
-    public func mapSVG(_ query: StatsQuery, width: Int = 1200, height: Int = 900) async throws -> [UInt8] {
+    /// `newest` draws only that many of the latest trips (the dashboard's; `/map` has them all).
+    public func mapSVG(_ query: StatsQuery, width: Int = 1200, height: Int = 900, newest: Int? = nil) async throws -> [UInt8] {
         let configuration = configuration
         let tracks = try await pool.read { db in
             var tracks: [MapQueries.Track] = []
-            try MapQueries.eachTrack(db, query: query, toleranceM: configuration.mapToleranceM) { tracks.append($0) }
+            try MapQueries.eachTrack(db, query: query, toleranceM: configuration.mapToleranceM, newest: newest) { tracks.append($0) }
             return tracks
         }
         let homes = query.device.map { device in self.homes[device].map { [$0] } ?? [] } ?? Array(self.homes.values)
@@ -28,8 +29,8 @@ enum MapQueries {
     }
 
     /// Trips with at least two track points, oldest first.
-    static func eachTrack(_ db: Database, query: StatsQuery, toleranceM: Double, _ body: (Track) throws -> Void) throws {
-        try ExportQueries.eachTrip(db, query: query) { trip in
+    static func eachTrack(_ db: Database, query: StatsQuery, toleranceM: Double, newest: Int? = nil, _ body: (Track) throws -> Void) throws {
+        try ExportQueries.eachTrip(db, query: query, newest: newest) { trip in
             var row = trip
             let points = TripQueries.parseTrack(trip.track)
             row.track = ""
