@@ -85,7 +85,8 @@ final class BenchSystem {
     init(services: [ServiceName], extraConfig: String, prepare: ((DrivebusConfig) async throws -> Void)? = nil) async throws {
         var template = Array("/tmp/dbb-XXXXXX".utf8CString)
         directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        port = Int.random(in: 30_000..<50_000)
+        // A port the kernel just said was free: a random one can be some connection's own.
+        port = freePort()
         let yaml = """
             state_dir: \(directory)/state
             log_level: warning
@@ -99,7 +100,17 @@ final class BenchSystem {
         for service in services {
             processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", path]))
         }
+        let deadline = ContinuousClock.now + .seconds(60)
         while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
+            // A service that exited (a port taken, a bad config) would be waited for forever.
+            if let dead = processes.first(where: { !$0.isRunning }) {
+                stop()
+                throw ValidationError("\(dead.executableURL!.lastPathComponent) exited at start with status \(dead.terminationStatus)")
+            }
+            if ContinuousClock.now > deadline {
+                stop()
+                throw ValidationError("drivebus-ingest did not answer on port \(port) within 60 s")
+            }
             try await Task.sleep(for: .milliseconds(50))
         }
         // Wait until every journal consumer is live.

@@ -52,7 +52,7 @@ struct MapBench: AsyncParsableCommand {
         var generated: [[Coordinate]] = []  // a sample of tracks, for where to request tiles
         var lod: [String: Any] = [:]
         let system = try await BenchSystem(
-            services: [.bus, .ingest, .stats], extraConfig: "stats: {listen: \"127.0.0.1:\(Int.random(in: 50_000..<60_000))\"}"
+            services: [.bus, .ingest, .stats], extraConfig: "stats: {listen: \"127.0.0.1:\(freePort())\"}"
         ) { config in
             (lod, generated) = try await storeTrips(path: config.layout.dataDir + "/drivebus.sqlite")
             if let keepDatabase {
