@@ -117,6 +117,16 @@ final class BenchSystem {
         let client = BusClient(settings: config.process, name: "bench-wait")
         for service in services where service != .bus && service != .ingest {
             while (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)))?.status != "ok" {
+                if let dead = processes.first(where: { !$0.isRunning }) {
+                    await client.shutdown()
+                    stop()
+                    throw ValidationError("\(dead.executableURL!.lastPathComponent) exited at start with status \(dead.terminationStatus)")
+                }
+                if ContinuousClock.now > deadline + .seconds(60) {
+                    await client.shutdown()
+                    stop()
+                    throw ValidationError("\(service.executable) was not live within 2 minutes")
+                }
                 try await Task.sleep(for: .milliseconds(50))
             }
         }

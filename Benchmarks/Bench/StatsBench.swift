@@ -40,7 +40,7 @@ struct StatsBench: AsyncParsableCommand {
         let token = "bench-token-0123456789"
         let system = try await BenchSystem(services: [.bus, .ingest, .stats], extraConfig: """
             devices: [{id: car, token: \(token)}]
-            stats: {listen: "127.0.0.1:\(Int.random(in: 50_001..<60_000))"}
+            stats: {listen: "127.0.0.1:\(freePort())"}
             """)
         defer { system.stop() }
         let start = 1_763_000_000.0
