@@ -100,35 +100,35 @@ final class BenchSystem {
         for service in services {
             processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", path]))
         }
-        let deadline = ContinuousClock.now + .seconds(60)
-        while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
-            // A service that exited (a port taken, a bad config) would be waited for forever.
+        // A service that exited (a port taken, a bad config), or never answers, would otherwise be
+        // waited for forever.
+        let started = ContinuousClock.now
+        func giveUpIfStuck(_ waitingFor: String, within limit: Duration) throws {
             if let dead = processes.first(where: { !$0.isRunning }) {
                 stop()
                 throw ValidationError("\(dead.executableURL!.lastPathComponent) exited at start with status \(dead.terminationStatus)")
             }
-            if ContinuousClock.now > deadline {
+            if ContinuousClock.now > started + limit {
                 stop()
-                throw ValidationError("drivebus-ingest did not answer on port \(port) within 60 s")
+                throw ValidationError("\(waitingFor) within \(limit)")
             }
+        }
+        while (try? HTTPConnection(port: port).send(method: "GET", path: "/healthz", headers: [], body: [])) != 200 {
+            try giveUpIfStuck("drivebus-ingest did not answer on port \(port)", within: .seconds(60))
             try await Task.sleep(for: .milliseconds(50))
         }
         // Wait until every journal consumer is live.
         let client = BusClient(settings: config.process, name: "bench-wait")
-        for service in services where service != .bus && service != .ingest {
-            while (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)))?.status != "ok" {
-                if let dead = processes.first(where: { !$0.isRunning }) {
-                    await client.shutdown()
-                    stop()
-                    throw ValidationError("\(dead.executableURL!.lastPathComponent) exited at start with status \(dead.terminationStatus)")
+        do {
+            for service in services where service != .bus && service != .ingest {
+                while (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(500)))?.status != "ok" {
+                    try giveUpIfStuck("\(service.executable) was not live", within: .seconds(120))
+                    try await Task.sleep(for: .milliseconds(50))
                 }
-                if ContinuousClock.now > deadline + .seconds(60) {
-                    await client.shutdown()
-                    stop()
-                    throw ValidationError("\(service.executable) was not live within 2 minutes")
-                }
-                try await Task.sleep(for: .milliseconds(50))
             }
+        } catch {
+            await client.shutdown()
+            throw error
         }
         await client.shutdown()
     }

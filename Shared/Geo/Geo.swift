@@ -85,11 +85,19 @@ public enum DouglasPeucker {
         for (index, point) in points.enumerated() {
             (xs[index], ys[index]) = projection.project(point)
         }
-        var keep = [Bool](repeating: false, count: points.count)
+        return simplify(xs: xs, ys: ys, epsilon: epsilonM)
+    }
+
+    /// The same on points of a plane, in any unit (`epsilon` in it): the map's tiles simplify
+    /// in Web Mercator units. `xs` and `ys` have one entry per point.
+    public static func simplify(xs: [Double], ys: [Double], epsilon: Double) -> [Int] {
+        let count = min(xs.count, ys.count)
+        guard count > 2 else { return Array(0..<count) }
+        var keep = [Bool](repeating: false, count: count)
         keep[0] = true
-        keep[points.count - 1] = true
-        let epsilonSquared = epsilonM * epsilonM
-        var stack: [(Int, Int)] = [(0, points.count - 1)]
+        keep[count - 1] = true
+        let epsilonSquared = epsilon * epsilon
+        var stack: [(Int, Int)] = [(0, count - 1)]
         while let (first, last) = stack.popLast() {
             guard last - first > 1 else { continue }
             let ax = xs[first], ay = ys[first]

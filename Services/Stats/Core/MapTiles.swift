@@ -64,16 +64,29 @@ public enum MapTiles {
     public static func pieces(of track: [Coordinate]) -> [Piece] {
         guard !track.isEmpty else { return [] }
         let worldUnits = Double(extent) * Double(1 << maxStoredZoom)
-        var points = track.map { project($0, worldUnits: worldUnits) }
-        if points.count == 1 { points.append(points[0]) }
+        var xs: [Double] = [], ys: [Double] = []
+        xs.reserveCapacity(track.count)
+        ys.reserveCapacity(track.count)
+        for point in track {
+            let (x, y) = project(point, worldUnits: worldUnits)
+            xs.append(x)
+            ys.append(y)
+        }
+        if track.count == 1 {
+            xs.append(xs[0])
+            ys.append(ys[0])
+        }
         var pieces: [Piece] = []
         // Coarser zooms simplify the finer zoom's result: each step halves the detail, and a
         // track is walked in full only once.
         for z in stride(from: maxStoredZoom, through: 0, by: -1) {
             let scale = Double(1 << (maxStoredZoom - z))
-            let toleranceUnits = tolerancePixels * Double(extent) / 256 * scale
-            points = simplify(points, tolerance: toleranceUnits)
-            pieces += cut(points, zoom: z, scale: scale)
+            let kept = DouglasPeucker.simplify(xs: xs, ys: ys, epsilon: tolerancePixels * Double(extent) / 256 * scale)
+            if kept.count < xs.count {
+                xs = kept.map { xs[$0] }
+                ys = kept.map { ys[$0] }
+            }
+            pieces += cut(zip(xs, ys).map { (x: $0 / scale, y: $1 / scale) }, zoom: z)
         }
         return pieces.sorted { $0.tile < $1.tile }
     }
@@ -139,14 +152,8 @@ public enum MapTiles {
         /// The same as `visible` on lines as stored (`encode`), written as stored to `out`: the
         /// hot path of a busy tile, with no array per line. Returns how many values it wrote.
         public mutating func appendVisible(encoded bytes: UnsafeRawBufferPointer, to out: inout [UInt8]) -> Int {
-            @inline(__always) func value(_ at: Int) -> Int32 {
-                Int32(Int16(bitPattern: UInt16(bytes[at]) | UInt16(bytes[at + 1]) << 8))
-            }
-            @inline(__always) func put(_ value: Int32) {
-                let bits = UInt16(bitPattern: Int16(truncatingIfNeeded: value))
-                out.append(UInt8(truncatingIfNeeded: bits))
-                out.append(UInt8(truncatingIfNeeded: bits >> 8))
-            }
+            @inline(__always) func value(_ at: Int) -> Int32 { MapTiles.int16(bytes, at: at) }
+            @inline(__always) func put(_ value: Int32) { MapTiles.appendInt16(value, to: &out) }
             var written = 0
             var offset = 0
             while offset + 2 <= bytes.count {
@@ -228,16 +235,25 @@ public enum MapTiles {
 
     // MARK: - Storage
 
+    /// Appends a value as the little-endian Int16 the stored and served forms hold.
+    @inline(__always)
+    static func appendInt16(_ value: Int32, to out: inout [UInt8]) {
+        let bits = UInt16(bitPattern: Int16(clamping: value))
+        out.append(UInt8(truncatingIfNeeded: bits))
+        out.append(UInt8(truncatingIfNeeded: bits >> 8))
+    }
+
+    /// The little-endian Int16 at `offset` (the caller checks that two bytes are there).
+    @inline(__always)
+    static func int16<Bytes: RandomAccessCollection<UInt8>>(_ bytes: Bytes, at offset: Bytes.Index) -> Int32 {
+        Int32(Int16(bitPattern: UInt16(bytes[offset]) | UInt16(bytes[bytes.index(after: offset)]) << 8))
+    }
+
     /// Lines as stored: little-endian Int16 values, each line its point count and then its pairs.
     /// Every value lies within the tile and its buffer, so 16 bits hold it.
     public static func encode(_ lines: [[Int32]]) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(lines.reduce(0) { $0 + 2 + $1.count * 2 })
-        func put(_ value: Int32) {
-            let bits = UInt16(bitPattern: Int16(clamping: value))
-            out.append(UInt8(truncatingIfNeeded: bits))
-            out.append(UInt8(truncatingIfNeeded: bits >> 8))
-        }
         // A count is 16 bits too: a longer line goes as several, each starting where the last ended.
         let longest = Int(Int16.max)
         for line in lines where line.count >= 2 {
@@ -245,8 +261,8 @@ public enum MapTiles {
             var first = 0
             repeat {
                 let count = min(longest, points - first)
-                put(Int32(count))
-                for value in line[(first * 2)..<((first + count) * 2)] { put(value) }
+                appendInt16(Int32(count), to: &out)
+                for value in line[(first * 2)..<((first + count) * 2)] { appendInt16(value, to: &out) }
                 first += count - 1
             } while first < points - 1
         }
@@ -260,7 +276,7 @@ public enum MapTiles {
         func next() -> Int32? {
             guard index + 1 < bytes.count else { return nil }
             defer { index += 2 }
-            return Int32(Int16(bitPattern: UInt16(bytes[index]) | UInt16(bytes[index + 1]) << 8))
+            return int16(bytes, at: index)
         }
         while let count = next(), count > 0 {
             var line: [Int32] = []
@@ -285,48 +301,13 @@ public enum MapTiles {
         return (x, y)
     }
 
-    /// Douglas-Peucker on plane points (an explicit stack, so no track is too long).
-    static func simplify(_ points: [(x: Double, y: Double)], tolerance: Double) -> [(x: Double, y: Double)] {
-        guard points.count > 2 else { return points }
-        var keep = [Bool](repeating: false, count: points.count)
-        keep[0] = true
-        keep[points.count - 1] = true
-        let toleranceSquared = tolerance * tolerance
-        var stack = [(0, points.count - 1)]
-        while let (first, last) = stack.popLast() {
-            guard last - first > 1 else { continue }
-            let a = points[first]
-            let dx = points[last].x - a.x, dy = points[last].y - a.y
-            let lengthSquared = dx * dx + dy * dy
-            var farthest = first, farthestDistance = -1.0
-            for index in (first + 1)..<last {
-                let px = points[index].x - a.x, py = points[index].y - a.y
-                // To the segment, not the line: tracks double back.
-                let t = lengthSquared == 0 ? 0 : max(0, min(1, (px * dx + py * dy) / lengthSquared))
-                let ex = px - t * dx, ey = py - t * dy
-                let distance = ex * ex + ey * ey
-                if distance > farthestDistance {
-                    farthestDistance = distance
-                    farthest = index
-                }
-            }
-            if farthestDistance > toleranceSquared {
-                keep[farthest] = true
-                stack.append((first, farthest))
-                stack.append((farthest, last))
-            }
-        }
-        return points.indices.compactMap { keep[$0] ? points[$0] : nil }
-    }
-
-    /// Cuts a zoom's points (deepest-zoom units ÷ `scale`) into its tiles.
-    private static func cut(_ deepPoints: [(x: Double, y: Double)], zoom: Int, scale: Double) -> [Piece] {
+    /// Cuts a zoom's points (in that zoom's units) into its tiles.
+    private static func cut(_ points: [(x: Double, y: Double)], zoom: Int) -> [Piece] {
         let tileUnits = Double(extent), margin = Double(buffer)
         let tiles = 1 << zoom
         var linesByTile: [TileID: [[(x: Double, y: Double)]]] = [:]
         // The segment index each tile's newest line ended with, to continue it.
         var lastSegment: [TileID: Int] = [:]
-        let points = deepPoints.map { (x: $0.x / scale, y: $0.y / scale) }
         for index in 0..<(points.count - 1) {
             let a = points[index], b = points[index + 1]
             let lowX = max(0, Int(((min(a.x, b.x) - margin) / tileUnits).rounded(.down)))

@@ -213,10 +213,15 @@ enum MapLevels {
     /// The same with each trip's lines cut to the tile.
     static func eachTrip(_ db: Database, tile: MapTiles.TileID, filter: MapFilter, _ body: (Row, [[Int32]]) throws -> Void) throws {
         try eachRow(db, tile: tile, filter: filter) { row in
-            var lines = try row.withUnsafeData(atIndex: 3) { MapTiles.decode($0.map(Array.init) ?? []) }
-            if tile.stored != tile { lines = MapTiles.descend(lines, from: tile.stored, to: tile) }
+            let lines = try row.withUnsafeData(atIndex: 3) { storedLines(data: $0, in: tile) }
             if !lines.isEmpty { try body(row, lines) }
         }
+    }
+
+    /// A row's stored lines as they fall in `tile`, itself or a deeper one.
+    static func storedLines(data: Data?, in tile: MapTiles.TileID) -> [[Int32]] {
+        let lines = MapTiles.decode(data.map(Array.init) ?? [])
+        return tile.stored == tile ? lines : MapTiles.descend(lines, from: tile.stored, to: tile)
     }
 
     /// A tile as the page draws it: `DBT1`, then per trip with anything to show (newest first)
@@ -227,8 +232,9 @@ enum MapLevels {
         var out = Array("DBT1".utf8)
         out.reserveCapacity(64 * 1024)
         var coverage = MapTiles.Coverage()
-        func put16(_ value: Int, at index: Int) {
-            let bits = UInt16(truncatingIfNeeded: value)
+        /// A reading × 10 in 16 bits, 0xFFFF for none.
+        func put16(tenths value: Double?, at index: Int) {
+            let bits = value.map { UInt16(max(0, min(65_534, ($0 * 10).rounded()))) } ?? 0xFFFF
             out[index] = UInt8(truncatingIfNeeded: bits)
             out[index + 1] = UInt8(truncatingIfNeeded: bits >> 8)
         }
@@ -239,8 +245,7 @@ enum MapLevels {
             let written = try row.withUnsafeData(atIndex: 3) { (data: Data?) -> Int in
                 guard let data else { return 0 }
                 if deeper {
-                    let lines = MapTiles.descend(MapTiles.decode(Array(data)), from: tile.stored, to: tile)
-                    return MapTiles.encode(lines).withUnsafeBytes { coverage.appendVisible(encoded: $0, to: &out) }
+                    return MapTiles.encode(storedLines(data: data, in: tile)).withUnsafeBytes { coverage.appendVisible(encoded: $0, to: &out) }
                 }
                 return data.withUnsafeBytes { coverage.appendVisible(encoded: $0, to: &out) }
             }
@@ -249,8 +254,8 @@ enum MapLevels {
                 return
             }
             let speed: Double? = row[1], score: Double? = row[2]
-            put16(speed.map { Int(max(0, min(65_534, ($0 * 10).rounded()))) } ?? 0xFFFF, at: header)
-            put16(score.map { Int(max(0, min(65_534, ($0 * 10).rounded()))) } ?? 0xFFFF, at: header + 2)
+            put16(tenths: speed, at: header)
+            put16(tenths: score, at: header + 2)
             for byte in 0..<4 { out[header + 4 + byte] = UInt8(truncatingIfNeeded: written >> (8 * byte)) }
         }
         return out
