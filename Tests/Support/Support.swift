@@ -41,6 +41,8 @@ public final class Child: @unchecked Sendable {
     private let lock = NSLock()
     private var stdoutData = Data()
     private var stderrData = Data()
+    /// Streams that have reached end of file: once both have, every byte the child wrote is here.
+    private var closedStreams = 0
 
     public init(_ executable: String, _ arguments: [String], cwd: String? = nil, environment: [String: String]? = nil) throws {
         process.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : binDirectory + "/" + executable)
@@ -49,15 +51,18 @@ public final class Child: @unchecked Sendable {
         if let environment { process.environment = environment }
         process.standardOutput = out
         process.standardError = err
-        out.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.stdoutData.append(data) }
-        }
-        err.fileHandleForReading.readabilityHandler = { [weak self] handle in
-            let data = handle.availableData
-            self?.lock.withLock { self?.stderrData.append(data) }
-        }
+        out.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stdoutData) }
+        err.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stderrData) }
         try process.run()
+    }
+
+    /// Keeps what arrived; an empty read is end of file, after which the handler is not needed.
+    private func take(_ handle: FileHandle, into buffer: ReferenceWritableKeyPath<Child, Data>) {
+        let data = handle.availableData
+        if data.isEmpty { handle.readabilityHandler = nil }
+        lock.withLock {
+            if data.isEmpty { closedStreams += 1 } else { self[keyPath: buffer].append(data) }
+        }
     }
 
     public var pid: Int32 { process.processIdentifier }
@@ -76,9 +81,12 @@ public final class Child: @unchecked Sendable {
             }
             try await Task.sleep(for: .milliseconds(20))
         }
-        // Let the readability handlers take the last bytes. (Waiting for end of file instead
-        // raced with libdispatch's event loop; see the closing note.)
-        try await Task.sleep(for: .milliseconds(50))
+        // The last bytes may still be in the pipes: wait until both report end of file. A
+        // grandchild that kept a pipe open would hold it for ever, so that wait has a limit.
+        let drained = ContinuousClock.now + .seconds(5)
+        while lock.withLock({ closedStreams < 2 }), ContinuousClock.now < drained {
+            try await Task.sleep(for: .milliseconds(5))
+        }
         return process.terminationStatus
     }
 
