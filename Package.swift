@@ -41,6 +41,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-collections", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/swift-mustache", from: "2.1.1"),
         .package(url: "https://github.com/weichsel/ZIPFoundation", from: "0.9.20"),
+        .package(url: "https://github.com/apple/swift-protobuf", from: "1.39.0"),
     ],
     targets: [
         .systemLibrary(
@@ -85,6 +86,14 @@ let package = Package(
         // Append-only files: the ingest journal and every service's log of derived events.
         .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", "CLibZ", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
+        // Posted speed limits of roads: the on-disk index, and matching a drive to its roads.
+        .target(name: "DrivebusRoadLimits", dependencies: ["CLibZ"], path: "Shared/RoadLimits"),
+        // OpenStreetMap extracts (PBF on swift-protobuf and zlib, XML on libxml2) read into that index.
+        .target(
+            name: "DrivebusOSM",
+            dependencies: ["DrivebusRoadLimits", "DrivebusTrackFormats", "CLibZ", .product(name: "SwiftProtobuf", package: "swift-protobuf")],
+            path: "Shared/OSM", exclude: ["osmpbf.proto"]
+        ),
         // One reader per track file format (GPX on libxml2's pull reader, GeoJSON, CSV): import
         // and route ranking read through it.
         .target(name: "DrivebusTrackFormats", dependencies: ["DrivebusSchema", "CLibXML2"], path: "Shared/TrackFormats"),
@@ -93,7 +102,7 @@ let package = Package(
         .target(name: "CheckoutCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Checkout/Core"),
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
-        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "TripsCore", deque], path: "Services/Scorer/Core"),
+        .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusRoadLimits", "TripsCore", deque], path: "Services/Scorer/Core"),
         .target(name: "MQTTCore", path: "Services/MQTT/Core"),
         .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusTrackFormats"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
@@ -126,14 +135,14 @@ let package = Package(
         .executableTarget(
             name: "drivebus",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore", "DrivebusJournal", grdb,
+                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore", "DrivebusJournal", "DrivebusOSM", grdb,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
             ],
             path: "Services/CLI"
         ),
         .executableTarget(
             name: "drivebus-bench",
-            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "CheckoutCore", "StatsCore", "StatsStore", "DrivebusMQTT", "MQTTCore", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            dependencies: ["DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "CZMQ", "IngestCore", "GeofenceCore", "TripsCore", "ScorerCore", "CheckoutCore", "StatsCore", "StatsStore", "DrivebusMQTT", "MQTTCore", "DrivebusOSM", "DrivebusRoadLimits", .product(name: "ArgumentParser", package: "swift-argument-parser")],
             path: "Benchmarks/Bench"
         ),
         .target(name: "IngestCore", dependencies: ["DrivebusSchema", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTrackFormats"], path: "Services/Ingest/Core"),
@@ -164,7 +173,7 @@ let package = Package(
             name: "CoreTests",
             dependencies: [
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
-                "IngestCore", "CheckoutCore", "DrivebusQRCode", "MQTTCore",
+                "IngestCore", "CheckoutCore", "DrivebusQRCode", "MQTTCore", "DrivebusOSM", "DrivebusRoadLimits",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],
@@ -183,8 +192,8 @@ let package = Package(
         ),
         serviceExecutable("checkout", ["CheckoutCore"]),
         serviceExecutable("trips", ["TripsCore"]),
-        serviceExecutable("scorer", ["ScorerCore", "TripsCore"]),
+        serviceExecutable("scorer", ["ScorerCore", "TripsCore", "DrivebusRoadLimits"]),
         serviceExecutable("mqtt", ["MQTTCore", "DrivebusMQTT", lifecycle, .product(name: "AsyncHTTPClient", package: "async-http-client")], directory: "MQTT"),
-        serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", "DrivebusQRCode", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
+        serviceExecutable("stats", ["StatsCore", "StatsStore", "StatsHTTP", "DrivebusQRCode", "DrivebusRoadLimits", hummingbird, lifecycle, .product(name: "Prometheus", package: "swift-prometheus")]),
     ]
 )

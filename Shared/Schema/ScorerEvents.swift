@@ -26,13 +26,17 @@ public struct DriveEvent: Codable, Sendable, Equatable {
     public var overKmh: Double?
     /// `speeding` only: the limit in force at the peak.
     public var limitKmh: Double?
+    /// `speeding` only: where that limit came from: `osm` (the road's `maxspeed`), `road_class`
+    /// (the configured limit for its class of road), `zone` or `global` (docs/speed-limits.md).
+    public var limitSource: String?
     public var durationS: Double
     /// The journal seq of the episode's first fix; it identifies the event.
     public var firstSeq: UInt64
 
     public init(
         device: String, tripID: String? = nil, type: DriveEventType, time: Date, lat: Double, lon: Double,
-        peakMps2: Double? = nil, overKmh: Double? = nil, limitKmh: Double? = nil, durationS: Double, firstSeq: UInt64
+        peakMps2: Double? = nil, overKmh: Double? = nil, limitKmh: Double? = nil, limitSource: String? = nil, durationS: Double,
+        firstSeq: UInt64
     ) {
         self.device = device
         self.tripID = tripID
@@ -43,6 +47,7 @@ public struct DriveEvent: Codable, Sendable, Equatable {
         self.peakMps2 = peakMps2
         self.overKmh = overKmh
         self.limitKmh = limitKmh
+        self.limitSource = limitSource
         self.durationS = durationS
         self.firstSeq = firstSeq
     }
@@ -53,6 +58,7 @@ public struct DriveEvent: Codable, Sendable, Equatable {
         case peakMps2 = "peak_mps2"
         case overKmh = "over_kmh"
         case limitKmh = "limit_kmh"
+        case limitSource = "limit_source"
         case durationS = "duration_s"
         case firstSeq = "first_seq"
     }
@@ -84,6 +90,10 @@ public struct DriveScored: Codable, Sendable, Equatable {
     /// Harsh events (speeding excluded) per 100 km, over at least the configured minimum distance.
     public var eventsPer100km: Double
     public var speedingS: Double
+    /// Distance driven above limit × tolerance, and distance where a limit was known (absent in
+    /// payloads from before speed limits were matched to roads).
+    public var speedingM: Double?
+    public var limitKnownM: Double?
     /// The standard deviation of smoothed longitudinal acceleration, m/s².
     public var speedVariation: Double
     /// Why the score is what it is: each measure, its value and the points it cost. Absent in
@@ -94,6 +104,7 @@ public struct DriveScored: Codable, Sendable, Equatable {
     public init(
         tripID: String, device: String, startTime: Date, endTime: Date? = nil, score: Double, distanceM: Double,
         events: [DriveEvent], counts: [String: Int], eventsPer100km: Double, speedingS: Double,
+        speedingM: Double? = nil, limitKnownM: Double? = nil,
         speedVariation: Double, components: [ScoreComponent]? = nil, session: DriveSession? = nil
     ) {
         self.tripID = tripID
@@ -106,6 +117,8 @@ public struct DriveScored: Codable, Sendable, Equatable {
         self.counts = counts
         self.eventsPer100km = eventsPer100km
         self.speedingS = speedingS
+        self.speedingM = speedingM
+        self.limitKnownM = limitKnownM
         self.speedVariation = speedVariation
         self.components = components
         self.session = session
@@ -119,6 +132,8 @@ public struct DriveScored: Codable, Sendable, Equatable {
         case distanceM = "distance_m"
         case eventsPer100km = "events_per_100km"
         case speedingS = "speeding_s"
+        case speedingM = "speeding_m"
+        case limitKnownM = "limit_known_m"
         case speedVariation = "speed_variation"
     }
 }

@@ -28,6 +28,10 @@ public struct StateLayout: Sendable, Equatable {
 
     public init(stateDir: String) { self.stateDir = stateDir }
 
+    /// The posted speed limits of the roads, written by `drivebus limits import` and read by the
+    /// scorer (docs/speed-limits.md).
+    public var roadLimitsIndex: String { dataDir + "/road-limits.dbrl" }
+
     public func socketPath(_ name: String) -> String { "\(runDir)/\(name)" }
 
     public func rpcEndpoint(_ service: ServiceName) -> String { "ipc://" + socketPath("\(service.rawValue).rpc") }

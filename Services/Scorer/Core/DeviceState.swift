@@ -1,4 +1,5 @@
 import DequeModule
+import DrivebusRoadLimits
 import DrivebusSchema
 import Foundation
 
@@ -39,6 +40,9 @@ struct DeviceState: Sendable, Codable {
     private var accel = Episode()
     private var corner = Episode()
     private var speeding = Episode()
+    /// Which road the drive is on, when the roads' limits are known (optional: checkpoints from
+    /// before them decode without it).
+    private var roadMatcher: RoadMatcher?
 
     /// Events published and not yet part of a scored trip.
     private var events: [DriveEvent] = []
@@ -81,6 +85,7 @@ struct DeviceState: Sendable, Codable {
         if !continuous, window.count > 0 { endSegment(tuning, &out) }
 
         var sample = Sample(seq: seq, t: t, lat: fix.lat, lon: fix.lon, distance: distance)
+        sample.accuracy = fix.accuracyM
         if !continuous { plausible = nil }
         var checks = plausible ?? Plausible()
         if let speed = fix.speedMps, speed >= 0, speed < Tuning.maxSpeed {
@@ -240,14 +245,17 @@ struct DeviceState: Sendable, Codable {
             totals.accelerationSquares += a * a
             totals.accelerationCount += 1
         }
+        let inForce = tuning.hasLimits ? limitInForce(at: centre, tuning) : nil
         var limit: Double?
         var speedKmh = 0.0
-        if tuning.hasLimits, let speed = meanSpeed {
-            limit = tuning.limit(lat: centre.lat, lon: centre.lon)
+        if let speed = meanSpeed {
+            limit = inForce?.kmh
             speedKmh = speed * 3.6
         }
         let over = limit.map { speedKmh > $0 * tuning.tolerance } ?? false
         if over, let previous = lastEvaluatedTime { totals.speedingS += tc - previous }
+        if limit != nil { totals.limitKnownM += centre.distance }
+        if over { totals.speedingM += centre.distance }
         lastEvaluatedTime = tc
         history.append(HistoryRecord(seq: centre.seq, totals: totals))
         if history.count > tuning.historyCapacity {
@@ -282,7 +290,8 @@ struct DeviceState: Sendable, Codable {
         // Speeding starts above limit × tolerance and lasts until the speed is back at the limit.
         let excess = limit.map { speedKmh - $0 }
         if let done = speeding.step(
-            at, beyond: over, holding: excess.map { $0 > 0 } ?? false, value: excess ?? 0, limit: limit ?? 0, gap: gap)
+            at, beyond: over, holding: excess.map { $0 > 0 } ?? false, value: excess ?? 0, limit: limit ?? 0,
+            source: inForce?.source, gap: gap)
         {
             emit(done, .speeding, tuning, &out)
         }
@@ -296,6 +305,30 @@ struct DeviceState: Sendable, Codable {
             window.removeFirst(drop)
             nextCentre -= drop
         }
+    }
+
+    /// The limit in force at an evaluated fix, and where it comes from: a zone the user drew
+    /// (it wins: the user knows the place), else the road the drive is matched to (its
+    /// `maxspeed`; none on a road signed without a limit; the configured limit of its class
+    /// where nothing is tagged), else the global limit. Matching runs on every evaluated fix, so
+    /// that the drive's road is followed even while there is no speed to judge.
+    private mutating func limitInForce(at centre: Sample, _ tuning: Tuning) -> (kmh: Double, source: String)? {
+        var road: RoadMatcher.Match?
+        if let index = tuning.roads {
+            var matcher = roadMatcher ?? RoadMatcher()
+            let heading = centre.flags & Sample.hasHeading != 0 ? centre.heading : centre.flags & Sample.hasTrack != 0 ? centre.track : nil
+            road = matcher.match(lat: centre.lat, lon: centre.lon, accuracyM: centre.accuracy, headingDeg: heading, in: index)
+            roadMatcher = matcher
+        }
+        if let zone = tuning.zoneLimit(lat: centre.lat, lon: centre.lon) { return (zone, "zone") }
+        if let road {
+            switch road.limit {
+            case .kmh(let kmh): return (kmh, "osm")
+            case .unlimited: return nil
+            case nil: if let kmh = tuning.roadClassLimits[road.roadClass] { return (kmh, "road_class") }
+            }
+        }
+        return tuning.globalLimit.map { ($0, "global") }
     }
 
     /// The least acceleration consistent with two fixes `dt` apart with Doppler speeds `v0`, `v1`
@@ -353,6 +386,7 @@ struct DeviceState: Sendable, Codable {
             peakMps2: type == .speeding ? nil : rounded(type == .harshBrake ? -episode.peak : episode.peak, 3),
             overKmh: type == .speeding ? rounded(episode.peak, 1) : nil,
             limitKmh: type == .speeding ? episode.limit : nil,
+            limitSource: type == .speeding ? episode.source : nil,
             durationS: rounded(duration, 3), firstSeq: episode.firstSeq)
         if events.count >= Self.maxEvents { events.removeFirst() }
         events.append(event)
@@ -397,6 +431,8 @@ struct DeviceState: Sendable, Codable {
             variation = max(variance, 0).squareRoot()
         }
         let speedingS = max(end.speedingS - baseline.speedingS, 0)
+        let speedingM = max(end.speedingM - baseline.speedingM, 0)
+        let limitKnownM = max(end.limitKnownM - baseline.limitKnownM, 0)
         let endTime = ended.endTime ?? lastFix.map { Date(timeIntervalSince1970: $0.t) }
         let duration = endTime.map { $0.timeIntervalSince(ended.startTime) } ?? 0
 
@@ -407,6 +443,7 @@ struct DeviceState: Sendable, Codable {
             tripID: ended.tripID, device: device, startTime: ended.startTime, endTime: endTime,
             score: score.score, distanceM: rounded(max(distance, 0), 1), events: tripEvents, counts: score.counts,
             eventsPer100km: score.eventsPer100km, speedingS: rounded(speedingS, 1),
+            speedingM: tuning.hasLimits ? rounded(speedingM, 1) : nil, limitKnownM: tuning.hasLimits ? rounded(limitKnownM, 1) : nil,
             speedVariation: rounded(variation, 3), components: score.components, session: open?.session ?? session)
         scored.append(ended.tripID)
         if scored.count > Self.maxScored { scored.removeFirst() }
@@ -470,6 +507,9 @@ struct OpenTrip: Sendable, Codable {
 struct Totals: Sendable, Codable, Equatable {
     var distanceM = 0.0
     var speedingS = 0.0
+    /// Metres driven above limit × tolerance, and metres where a limit was known.
+    var speedingM = 0.0
+    var limitKnownM = 0.0
     var accelerationSum = 0.0
     var accelerationSquares = 0.0
     var accelerationCount = 0.0
@@ -492,6 +532,11 @@ struct HistoryRecord: Sendable, Codable {
             distanceM: try c.decode(Double.self), speedingS: try c.decode(Double.self),
             accelerationSum: try c.decode(Double.self), accelerationSquares: try c.decode(Double.self),
             accelerationCount: try c.decode(Double.self))
+        // Absent in checkpoints from before speed limits were matched to roads.
+        if !c.isAtEnd {
+            totals.speedingM = try c.decode(Double.self)
+            totals.limitKnownM = try c.decode(Double.self)
+        }
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -502,6 +547,8 @@ struct HistoryRecord: Sendable, Codable {
         try c.encode(totals.accelerationSum)
         try c.encode(totals.accelerationSquares)
         try c.encode(totals.accelerationCount)
+        try c.encode(totals.speedingM)
+        try c.encode(totals.limitKnownM)
     }
 }
 
@@ -526,6 +573,8 @@ struct Sample: Sendable, Codable {
     /// Unwrapped, degrees, from positions.
     var track = 0.0
     var flags: UInt8 = 0
+    /// The fix's accuracy, metres, for matching it to a road.
+    var accuracy: Double?
 
     init(seq: UInt64, t: Double, lat: Double, lon: Double, distance: Double) {
         self.seq = seq
@@ -548,6 +597,7 @@ struct Sample: Sendable, Codable {
         heading = try c.decode(Double.self)
         flags = try c.decode(UInt8.self)
         if !c.isAtEnd { track = try c.decode(Double.self) }
+        if !c.isAtEnd { accuracy = try c.decode(Double.self) }
     }
 
     func encode(to encoder: any Encoder) throws {
@@ -561,6 +611,7 @@ struct Sample: Sendable, Codable {
         try c.encode(heading)
         try c.encode(flags)
         try c.encode(track)
+        if let accuracy { try c.encode(accuracy) }
     }
 }
 
@@ -620,8 +671,9 @@ struct Episode: Sendable, Codable, Equatable {
     var lat = 0.0
     var lon = 0.0
     var peak = 0.0
-    /// Speeding: the limit at the peak.
+    /// Speeding: the limit at the peak, and where it came from (optional: older checkpoints).
     var limit = 0.0
+    var source: String?
     /// The last time the value was beyond the release level.
     var lastT = 0.0
     /// When it released.
@@ -635,7 +687,7 @@ struct Episode: Sendable, Codable, Equatable {
     /// Returns an episode that is now over, if any.
     mutating func step(
         _ at: (t: Double, seq: UInt64, lat: Double, lon: Double), beyond: Bool, holding: Bool, value: Double,
-        limit: Double = 0, support: Double = 1, gap: Double
+        limit: Double = 0, source: String? = nil, support: Double = 1, gap: Double
     ) -> Episode? {
         var finished: Episode?
         if phase == .released, at.t - endT > gap {
@@ -647,7 +699,7 @@ struct Episode: Sendable, Codable, Equatable {
             if beyond {
                 self = Episode(
                     phase: .active, firstSeq: at.seq, startT: at.t, lat: at.lat, lon: at.lon, peak: value, limit: limit,
-                    lastT: at.t, endT: at.t, support: support)
+                    source: source, lastT: at.t, endT: at.t, support: support)
             }
         case .active:
             if beyond { self.support = (self.support ?? 0) + support }
@@ -656,6 +708,7 @@ struct Episode: Sendable, Codable, Equatable {
                 if value > peak {
                     peak = value
                     self.limit = limit
+                    self.source = source
                 }
             } else {
                 phase = .released
@@ -669,6 +722,7 @@ struct Episode: Sendable, Codable, Equatable {
                 if value > peak {
                     peak = value
                     self.limit = limit
+                    self.source = source
                 }
             }
         }

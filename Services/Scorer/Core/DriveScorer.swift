@@ -1,4 +1,5 @@
 import DrivebusGeo
+import DrivebusRoadLimits
 import DrivebusSchema
 import Foundation
 
@@ -69,7 +70,12 @@ public enum ScorerOutput: Sendable, Equatable {
 public struct DriveScorer: Sendable, Codable {
     /// Stored in the checkpoint; set it after restoring to apply a changed configuration.
     public var configuration: ScorerConfiguration {
-        didSet { tuning = Tuning(configuration) }
+        didSet { tuning = Tuning(configuration, roads: roadLimits) }
+    }
+    /// The roads' posted limits (`drivebus limits import`); not in the checkpoint. Set it after
+    /// restoring, and again whenever a new index is imported: matching starts afresh on it.
+    public var roadLimits: RoadLimitIndex? {
+        didSet { tuning = Tuning(configuration, roads: roadLimits) }
     }
     /// The highest journal seq seen; fixes at or below it are ignored, so a replay is harmless.
     public private(set) var lastSeq: UInt64 = 0
@@ -79,9 +85,10 @@ public struct DriveScorer: Sendable, Codable {
     /// is scored once `lastSeq` reaches its `last_seq`.
     private var pendingEnds: [ScorerTrip] = []
 
-    public init(configuration: ScorerConfiguration) {
+    public init(configuration: ScorerConfiguration, roadLimits: RoadLimitIndex? = nil) {
         self.configuration = configuration
-        tuning = Tuning(configuration)
+        self.roadLimits = roadLimits
+        tuning = Tuning(configuration, roads: roadLimits)
     }
 
     public mutating func handle(_ input: ScorerInput) -> [ScorerOutput] {

@@ -1,3 +1,4 @@
+import DrivebusRoadLimits
 import DrivebusGeo
 import Foundation
 
@@ -30,6 +31,10 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
     /// `speed_limit_kmh`. Inside a zone its limit replaces the global one; inside several, the
     /// lowest applies.
     public var zoneSpeedLimits: [Zone] = []
+    /// `road_class_limits_kmh`: limits for roads matched from the speed-limit index that have no
+    /// `maxspeed` tagged, by OSM class (`{residential: 50, motorway: 130}`). Empty (off) by
+    /// default: an implicit limit is a guess, and a guess should not cost points unasked.
+    public var roadClassLimitsKmh: [String: Double] = [:]
     /// `smoothing_window_s`: speed and heading are fitted by least squares over the fixes within
     /// ±window/2 of each fix. 3 s holds three fixes at 1 Hz.
     public var smoothingWindowS = 3.0
@@ -100,6 +105,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         case speedingTolerance = "speeding_tolerance"
         case speedingMinDurationS = "speeding_min_duration_s"
         case zoneSpeedLimits = "zone_speed_limits"
+        case roadClassLimitsKmh = "road_class_limits_kmh"
         case smoothingWindowS = "smoothing_window_s"
         case maxGapS = "max_gap_s"
         case maxAccuracyM = "max_accuracy_m"
@@ -127,6 +133,7 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
         speedingTolerance = try value(.speedingTolerance, d.speedingTolerance)
         speedingMinDurationS = try value(.speedingMinDurationS, d.speedingMinDurationS)
         zoneSpeedLimits = try value(.zoneSpeedLimits, d.zoneSpeedLimits)
+        roadClassLimitsKmh = try value(.roadClassLimitsKmh, d.roadClassLimitsKmh)
         smoothingWindowS = try value(.smoothingWindowS, d.smoothingWindowS)
         maxGapS = try value(.maxGapS, d.maxGapS)
         maxAccuracyM = try value(.maxAccuracyM, d.maxAccuracyM)
@@ -168,6 +175,10 @@ public struct ScorerConfiguration: Sendable, Equatable, Codable {
                 try check(abs(center.lat) <= 90 && abs(center.lon) <= 180, "\(key).center", "is outside -90…90, -180…180")
                 try check(radiusM > 0 && finite(radiusM), "\(key).radius_m", "must be positive")
             }
+        }
+        for (name, limit) in roadClassLimitsKmh.sorted(by: { $0.key < $1.key }) {
+            try check(RoadClass(highway: name) != nil, "road_class_limits_kmh.\(name)", "is not a class of road for cars (motorway, trunk, primary, secondary, tertiary, unclassified, residential, living_street, service, road, track, busway, or a _link)")
+            try check(finite(limit) && limit > 0 && limit <= 300, "road_class_limits_kmh.\(name)", "must be above 0 and at most 300")
         }
         try check(finite(smoothingWindowS) && smoothingWindowS >= 0.5 && smoothingWindowS <= 60, "smoothing_window_s", "must be between 0.5 and 60")
         try check(finite(maxGapS) && maxGapS > 0, "max_gap_s", "must be positive")

@@ -1,4 +1,5 @@
 import DrivebusGeo
+import DrivebusRoadLimits
 import Foundation
 
 /// The configuration as the hot path needs it. Out-of-range values are clamped here, so even a
@@ -19,6 +20,9 @@ struct Tuning: Sendable {
     let speedingMinDuration: Double
     let globalLimit: Double?
     let zones: [Zone]
+    /// The roads' posted limits, when an index has been imported; set by `DriveScorer`.
+    let roads: RoadLimitIndex?
+    let roadClassLimits: [RoadClass: Double]
     let hasLimits: Bool
     let historyCapacity: Int
     let minDistanceKm: Double
@@ -44,7 +48,7 @@ struct Tuning: Sendable {
     /// More fixes than this within one smoothing window (over 85 Hz at 3 s) are thinned.
     static let maxWindowSamples = 256
 
-    init(_ c: ScorerConfiguration) {
+    init(_ c: ScorerConfiguration, roads: RoadLimitIndex? = nil) {
         func clamp(_ value: Double, _ low: Double, _ high: Double, _ fallback: Double) -> Double {
             value.isFinite ? min(max(value, low), high) : fallback
         }
@@ -62,7 +66,12 @@ struct Tuning: Sendable {
         speedingMinDuration = clamp(c.speedingMinDurationS, 0, 86_400, 3)
         globalLimit = c.speedLimitKmh.flatMap { $0.isFinite && $0 > 0 ? $0 : nil }
         zones = c.zoneSpeedLimits.compactMap(Zone.init)
-        hasLimits = globalLimit != nil || !zones.isEmpty
+        self.roads = roads
+        roadClassLimits = Dictionary(
+            c.roadClassLimitsKmh.compactMap { name, kmh in
+                RoadClass(highway: name).flatMap { kmh.isFinite && kmh > 0 ? ($0, kmh) : nil }
+            }, uniquingKeysWith: min)
+        hasLimits = globalLimit != nil || !zones.isEmpty || roads != nil
         historyCapacity = min(max(c.historyFixes, 16), 1_000_000)
         minDistanceKm = clamp(c.scoreMinDistanceKm, 0.001, 1_000_000, 10)
         minDurationS = clamp(c.scoreMinDurationS, 1, 1_000_000, 600)
@@ -86,13 +95,13 @@ struct Tuning: Sendable {
         return min(corner, cornerMargin * 9.80665 * (0.06 + sideFriction))
     }
 
-    /// The limit in force at a position: the lowest of the zones containing it, else the global one.
-    func limit(lat: Double, lon: Double) -> Double? {
+    /// The lowest limit of the zones containing a position.
+    func zoneLimit(lat: Double, lon: Double) -> Double? {
         var best: Double?
         for zone in zones where zone.contains(lat: lat, lon: lon) {
             best = min(best ?? zone.limit, zone.limit)
         }
-        return best ?? globalLimit
+        return best
     }
 
     struct Zone: Sendable {

@@ -1,5 +1,6 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusRoadLimits
 import Foundation
 import Logging
 import ScorerCore
@@ -36,6 +37,8 @@ final class StatsRecorder: Service, Sendable {
     private let lastStateSave = Mutex(ContinuousClock.now)
     private let tripsConfiguration: TripsConfiguration
     private let scorerConfiguration: ScorerConfiguration
+    /// The scores stats derives use the same road limits as the scorer's.
+    private let roadLimits: RoadLimitsWatcher
 
     init(context: ServiceContext, config: DrivebusConfig, store: StatsStore, metrics: StatsMetrics) {
         self.context = context
@@ -44,6 +47,9 @@ final class StatsRecorder: Service, Sendable {
         self.store = store
         self.metrics = metrics
         derivations = Mutex(DriveDerivations(trips: config.trips, scorer: config.scorer))
+        roadLimits = RoadLimitsWatcher(path: config.layout.roadLimitsIndex) { [logger = context.logger] change in
+            logger.info("road limits: \(change)")
+        }
     }
 
     var lastSeq: UInt64 { seq.load(ordering: .relaxed) }
@@ -126,6 +132,7 @@ final class StatsRecorder: Service, Sendable {
             if case .fix(let decoded)? = payload { fix = decoded }
             let derived: [DerivedEvent] = payload.map { payload in
                 derivations.withLock { derivations in
+                    roadLimits.install(into: &derivations.scorer.roadLimits)
                     let (trips, scores) = derivations.handle(payload, arrivedAt: now)
                     return trips + scores
                 }
