@@ -84,6 +84,73 @@ import Testing
         try await harness.stop()
     }
 
+    /// Issue 16: `drivebus limits import` while the scorer runs; the scorer's next drives are
+    /// judged against the roads' posted limits, without a restart. No global limit is set, so
+    /// before the import nothing can be speeding.
+    @Test func aSpeedLimitIndexImportedWhileRunningIsUsedWithoutARestart() async throws {
+        let harness = try await Harness([.scorer])
+        // Lönnrotinkatu in Helsinki, westwards along its 40 km/h stretch (Tests/Fixtures/osm).
+        let street: [(Double, Double)] = [
+            (60.1672268, 24.9409858), (60.1670342, 24.9404377), (60.1669237, 24.940119), (60.1668187, 24.9398152),
+            (60.1666886, 24.9394387), (60.166434, 24.938704), (60.1661071, 24.9377531), (60.1655674, 24.9362039),
+        ]
+        func drive(from start: Date) -> [Fix] {
+            // 14 m/s (50.4 km/h) for 15 s, then slowing at 1 m/s² to 4 m/s: the speeding episode
+            // ends within the drive, and nothing is harsh.
+            var fixes: [Fix] = []
+            var position = 0.0
+            for second in 0..<30 {
+                let speed = second < 15 ? 14.0 : max(14.0 - Double(second - 14), 4)
+                position += speed
+                var travelled = position
+                var k = 0
+                var point = street[0]
+                while k + 1 < street.count {
+                    let (a, b) = (street[k], street[k + 1])
+                    let length = hypot((b.0 - a.0) * 111_195, (b.1 - a.1) * 55_300)
+                    if travelled <= length { point = (a.0 + (b.0 - a.0) * travelled / length, a.1 + (b.1 - a.1) * travelled / length); break }
+                    travelled -= length
+                    k += 1
+                    point = b
+                }
+                fixes.append(Fix(device: "car", time: start.addingTimeInterval(Double(second)), lat: point.0, lon: point.1, speedMps: speed, source: .api))
+            }
+            return fixes
+        }
+        // A day ago, whole seconds: ingest refuses fixes from the future.
+        var start = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 - 86_400).rounded(.down))
+        func isSpeeding(_ message: BusMessage) -> Bool { (try? message.decode(DriveEvent.self))?.type == .speeding }
+        /// Posts a drive and waits up to 3 s for a speeding event (a deadline shuts its client
+        /// down, so each drive gets its own).
+        func speeding(from start: Date) async throws -> DriveEvent? {
+            let client = BusClient(settings: harness.config.process, name: "test")
+            defer { Task { await client.shutdown() } }
+            var events = try await joinedSubscription(client, ["drive.event."], heartbeatsFrom: [.scorer])
+            try await harness.post(drive(from: start)[...])
+            return try await next(&events, of: client, within: .seconds(3), where: isSpeeding)?.decode(DriveEvent.self)
+        }
+        // Absence can only be shown by waiting: 3 s for a scorer that answers in milliseconds.
+        #expect(try await speeding(from: start) == nil)
+
+        let extract = fixtures.appendingPathComponent("osm/helsinki-roads.osm.pbf").path
+        let imported = try await run("drivebus", ["limits", "import", "--config", harness.path, extract])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        #expect(imported.stdout.contains("imported 996 roads (793 with a maxspeed)"), "\(imported.stdout)")
+
+        // The scorer looks at the file every 10 s: drive again until a drive is judged.
+        var judged: DriveEvent?
+        let deadline = ContinuousClock.now + .seconds(40)
+        while judged == nil, ContinuousClock.now < deadline {
+            start += 100
+            judged = try await speeding(from: start)
+        }
+        let event = try #require(judged)
+        #expect(event.limitKmh == 40)
+        #expect(event.limitSource == "osm")
+        #expect(event.overKmh.map { $0 > 9 && $0 < 11 } == true, "\(event)")
+        try await harness.stop()
+    }
+
     @Test func aKillMidStreamGivesTheSameTripsAsAnUninterruptedRun() async throws {
         var harness = try await Harness([.trips])
         // Drive 3 km, park 15 minutes, drive 3 km back: two trips.
