@@ -99,6 +99,8 @@ def main():
             result["selected"] = driver.execute_script("return window.drivebusMap.selected;")
             popups = driver.find_elements(By.CSS_SELECTOR, ".leaflet-popup-content")
             result["popup"] = popups[0].text if popups else None
+            # The picked trip's stretches over the speed limit, drawn in red (SVG paths).
+            result["speeding_paths"] = len(driver.find_elements(By.CSS_SELECTOR, "path.speeding"))
 
         if args.device:
             before = driver.execute_script("return window.drivebusMap.refreshes;")

@@ -3,6 +3,8 @@ import DrivebusRoadLimits
 import DrivebusSchema
 import Foundation
 import ScorerCore
+import StatsCore
+import StatsStore
 import Testing
 
 /// Speed limits from OpenStreetMap (issue 16): the tags read, the extract imported, the index
@@ -243,5 +245,58 @@ import Testing
         #expect(throws: Never.self) { try configuration.validate() }
         configuration.roadClassLimitsKmh = ["footway": 10]
         #expect(throws: ScorerConfigurationError.self) { try configuration.validate() }
+    }
+}
+
+/// What stats makes of speeding against posted limits: the share of distance per month, and the
+/// stretches over the limit in the trip's GeoJSON.
+@Suite struct SpeedingStatsTests {
+    @Test func monthsCarryTheShareOfDistanceAboveTheLimitAndTheGeoJSONItsStretches() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        // Ten fixes a second apart, one trip, scored with one 4 s speeding episode.
+        let start = statsTime("2026-03-10T08:00:00Z")
+        let fixes = (0..<10).map { i in
+            Fix(seq: UInt64(i + 1), device: "car", time: start.addingTimeInterval(Double(i)), lat: 60.1670 - Double(i) * 1e-4, lon: 24.9400, source: .api)
+        }
+        var events = fixes.map(statsFixEvent)
+        events.append(statsEvent("trip.ended", id: "e-t1", statsJSON([
+            "trip_id": "t1", "device": "car", "start_time": "2026-03-10T08:00:00.000Z", "end_time": "2026-03-10T08:00:09.000Z",
+            "distance_m": 100, "duration_s": 9, "first_seq": 1, "last_seq": 10,
+            "track": fixes.map { [$0.lon, $0.lat] },
+        ] as [String: Any])))
+        let speeding: [String: Any] = [
+            "device": "car", "trip_id": "t1", "type": "speeding", "time": "2026-03-10T08:00:03.000Z", "lat": fixes[3].lat, "lon": 24.94,
+            "duration_s": 4, "limit_kmh": 40, "limit_source": "osm", "over_kmh": 12.5, "first_seq": 4,
+        ]
+        events.append(statsEvent("drive.scored", id: "s-t1", statsJSON([
+            "trip_id": "t1", "device": "car", "start_time": "2026-03-10T08:00:00.000Z", "score": 80, "distance_m": 100,
+            "events": [speeding], "counts": ["speeding": 1], "events_per_100km": 0, "speeding_s": 4, "speed_variation": 0.2,
+            "speeding_m": 44.4, "limit_known_m": 100,
+        ] as [String: Any])))
+        // A second trip in April scored before limits existed: no share.
+        events.append(statsEvent("drive.scored", id: "s-t2", statsJSON([
+            "trip_id": "t2", "device": "car", "start_time": "2026-04-02T08:00:00.000Z", "score": 90, "distance_m": 100,
+            "events": [], "counts": [:], "events_per_100km": 0, "speeding_s": 0, "speed_variation": 0.2,
+        ] as [String: Any])))
+        try await store.store(events)
+
+        let months = try JSONSerialization.jsonObject(with: Data(try await store.periodsJSON(.month, StatsQuery()))) as! [String: Any]
+        let march = try #require((months["months"] as? [[String: Any]])?.first { $0["month"] as? String == "2026-03" })
+        #expect(march["speeding_m"] as? Double == 44.4)
+        #expect(march["limit_known_m"] as? Double == 100)
+        #expect(march["speeding_share"] as? Double == 0.444)
+
+        let geojson = try statsExport(store, .trips(.geojson)).text
+        let collection = try JSONSerialization.jsonObject(with: Data(geojson.utf8)) as! [String: Any]
+        let features = try #require(collection["features"] as? [[String: Any]])
+        #expect(features.count == 2)
+        let stretch = try #require(features.last)
+        #expect((stretch["properties"] as? [String: Any])?["kind"] as? String == "speeding")
+        #expect((stretch["properties"] as? [String: Any])?["limit_kmh"] as? Double == 40)
+        #expect((stretch["properties"] as? [String: Any])?["limit_source"] as? String == "osm")
+        // Fixes 3…7: the episode's 4 seconds, ends included.
+        let coordinates = try #require((stretch["geometry"] as? [String: Any])?["coordinates"] as? [[Double]])
+        #expect(coordinates.map { $0[1] } == fixes[3...7].map(\.lat))
     }
 }

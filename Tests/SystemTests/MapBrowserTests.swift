@@ -15,6 +15,7 @@ import Testing
             heartbeat_interval_s: 0.2
             ingest: {listen: "127.0.0.1:\(ingestPort)"}
             stats: {listen: "127.0.0.1:\(statsPort)"}
+            scorer: {speed_limit_kmh: 50}
             """
         let path = dir.file("drivebus.yaml", yaml)
         let config = try DrivebusConfig.parse(yaml: yaml)
@@ -73,6 +74,11 @@ import Testing
         let selected = seen["selected"] as? [String: Any]
         #expect(selected?["id"] as? String == carID, "\(seen)")
         #expect((seen["popup"] as? String)?.contains("car") == true, "\(seen)")
+        // Its stretches above 50 km/h × 1.1 (the Vienna drive has some) in red, listed in the popup.
+        let speeding = ((try JSONSerialization.jsonObject(with: Data(detail.body.utf8))) as? [String: Any])?["speeding"] as? [[String: Any]] ?? []
+        #expect(!speeding.isEmpty && speeding.allSatisfy { $0["limit_source"] as? String == "global" && $0["limit_kmh"] as? Double == 50 })
+        #expect(seen["speeding_paths"] as? Int == speeding.count, "\(seen)")
+        #expect((seen["popup"] as? String)?.contains("Over the limit") == true, "\(seen)")
         // Filtered to the car, the Vienna drive alone.
         let filtered = seen["filtered"] as? [String: Any]
         #expect(filtered?["trips"] as? Int == trips.filter { $0["device"] as? String == "car" }.count, "\(seen)")

@@ -202,14 +202,22 @@ enum MapPage {
               if (trip.error) throw new Error(trip.error.message);
               if (click !== clicks) return;
               unselect();
-              highlight = L.polyline((trip.track || []).map(function (p) { return [p[0], p[1]]; }),
-                {color: "#111", weight: 6, opacity: 0.85, interactive: false}).addTo(map);
+              // The trip in black, its stretches over the speed limit in red on top.
+              highlight = L.featureGroup([L.polyline((trip.track || []).map(function (p) { return [p[0], p[1]]; }),
+                {color: "#111", weight: 6, opacity: 0.85, interactive: false})].concat((trip.speeding || []).map(function (stretch) {
+                return L.polyline(stretch.track, {color: "#e01010", weight: 6, opacity: 0.95, interactive: false, className: "speeding"});
+              }))).addTo(map);
               var score = trip.score && trip.score.score !== null ? String(trip.score.score) : "not scored";
               var rows = [
                 ["Device", trip.device], ["Start", trip.start_time], ["End", trip.end_time],
                 ["Distance", ((trip.distance_m || 0) / 1000).toFixed(1) + " km"],
                 ["Duration", Math.round((trip.duration_s || 0) / 60) + " min"], ["Score", score]
               ];
+              if ((trip.speeding || []).length) {
+                var worst = trip.speeding.reduce(function (a, b) { return (b.over_kmh || 0) > (a.over_kmh || 0) ? b : a; });
+                rows.push(["Over the limit", trip.speeding.length + " stretch" + (trip.speeding.length > 1 ? "es" : "") + " (red), worst " +
+                  (worst.over_kmh || 0).toFixed(0) + " km/h over " + (worst.limit_kmh || "?") + " (" + (worst.limit_source || "?") + ")"]);
+              }
               var table = document.createElement("table");
               table.className = "trip-details";
               rows.forEach(function (row) {

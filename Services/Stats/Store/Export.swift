@@ -283,9 +283,28 @@ enum ExportQueries {
             out.append("]},\"properties\":")
             writeTripProperties(trip, to: &out)
             out.byte("}")
+            try writeSpeedingStretches(db, trip: trip, to: &out)
             try out.flushIfFull()
         }
         out.append("\n]}\n")
+    }
+
+    /// The trip's speeding episodes (from its score) as features of their own:
+    /// `{"kind": "speeding", "limit_kmh", "limit_source", "over_kmh", ...}`, so that a map colours
+    /// the stretches over the limit.
+    static func writeSpeedingStretches(_ db: Database, trip: TripRow, to out: inout ChunkWriter) throws {
+        for stretch in try SpeedingStretch.all(db, tripID: trip.tripID, device: trip.device) {
+            out.append(",\n{\"type\":\"Feature\",\"geometry\":{\"type\":\"LineString\",\"coordinates\":[")
+            for (k, point) in stretch.track.enumerated() {
+                if k > 0 { out.byte(",") }
+                out.byte("["); out.number(point.lon); out.byte(","); out.number(point.lat); out.byte("]")
+            }
+            out.append("]},\"properties\":")
+            var writer = JSONWriter()
+            stretch.writeProperties(to: &writer, tripID: trip.tripID)
+            out.append(bytes: writer.bytes)
+            out.byte("}")
+        }
     }
 
     static func writeTripProperties(_ trip: TripRow, to out: inout ChunkWriter) {
@@ -301,5 +320,52 @@ enum ExportQueries {
         writer.key("trip_id"); writer.string(trip.tripID)
         writer.endObject()
         out.append(bytes: writer.bytes)
+    }
+}
+
+/// A stretch of a trip driven above the limit: a speeding episode of the trip's score, with the
+/// fixes of its time. None once the fixes are no longer kept.
+struct SpeedingStretch: Sendable, Equatable {
+    var startTime: String
+    var durationS: Double
+    var limitKmh: Double?
+    var limitSource: String?
+    var overKmh: Double?
+    var track: [Coordinate]
+
+    static func all(_ db: Database, tripID: String, device: String) throws -> [SpeedingStretch] {
+        guard let json = try String.fetchOne(db, sql: "SELECT events FROM scores WHERE trip_id = ?", arguments: [tripID]),
+              case .array(let events)? = try? JSONValue.parse(Array(json.utf8))
+        else { return [] }
+        var stretches: [SpeedingStretch] = []
+        for case .object(let event) in events {
+            guard case .string("speeding")? = event["type"], case .string(let time)? = event["time"], let start = RFC3339.parse(time),
+                  case .number(let duration)? = event["duration_s"], duration >= 0, duration < 86_400
+            else { continue }
+            let fromMs = Int64((start.timeIntervalSince1970 * 1000).rounded())
+            var track: [Coordinate] = []
+            try ExportQueries.eachFix(db, device: device, fromMs: fromMs, toMs: fromMs + Int64((duration * 1000).rounded()) + 1) { fix in
+                track.append(Coordinate(lat: fix.lat, lon: fix.lon))
+            }
+            guard track.count >= 2 else { continue }
+            func number(_ key: String) -> Double? { if case .number(let value)? = event[key] { value } else { nil } }
+            var source: String?
+            if case .string(let value)? = event["limit_source"] { source = value }
+            stretches.append(SpeedingStretch(
+                startTime: time, durationS: duration, limitKmh: number("limit_kmh"), limitSource: source, overKmh: number("over_kmh"), track: track))
+        }
+        return stretches
+    }
+
+    func writeProperties(to writer: inout JSONWriter, tripID: String? = nil) {
+        writer.beginObject()
+        writer.key("duration_s"); writer.optional(durationS)
+        writer.key("kind"); writer.string("speeding")
+        writer.key("limit_kmh"); writer.optional(limitKmh)
+        writer.key("limit_source"); writer.optional(limitSource)
+        writer.key("over_kmh"); writer.optional(overKmh)
+        writer.key("start_time"); writer.string(startTime)
+        if let tripID { writer.key("trip_id"); writer.string(tripID) }
+        writer.endObject()
     }
 }

@@ -19,6 +19,10 @@ public struct PeriodStats: Sendable, Equatable {
     public var fixes = 0
     /// Nil when none of the devices asked about has a home.
     public var awayFromHomeS: Double?
+    /// Scored drives' distance above the limit × tolerance, out of their distance with a known
+    /// limit (docs/speed-limits.md).
+    public var speedingM: Double = 0
+    public var limitKnownM: Double = 0
 
     public init(period: String, distanceM: Double = 0, drives: Int = 0, drivingS: Double = 0, fixes: Int = 0, awayFromHomeS: Double? = nil) {
         self.period = period
@@ -60,6 +64,10 @@ extension StatsStore {
             writer.key("driving_s"); writer.optional(item.drivingS)
             writer.key("fixes"); writer.number(UInt64(item.fixes))
             writer.key("away_from_home_s"); writer.optional(item.awayFromHomeS)
+            writer.key("speeding_m"); writer.optional(item.speedingM)
+            writer.key("limit_known_m"); writer.optional(item.limitKnownM)
+            // The share of distance driven above the limit, where a limit was known.
+            writer.key("speeding_share"); writer.optional(item.limitKnownM > 0 ? (item.speedingM / item.limitKnownM * 10_000).rounded() / 10_000 : nil)
             writer.endObject()
         }
         writer.endArray()
@@ -77,6 +85,8 @@ enum PeriodQueries {
         var drivingS = 0.0
         var fixes = 0
         var awayS = 0.0
+        var speedingM = 0.0
+        var limitKnownM = 0.0
     }
 
     static func compute(_ db: Database, period: PeriodStats.Period, query: StatsQuery, configuration: StatsStore.Configuration, homes: [String: HomeCircle]) throws -> [PeriodStats] {
@@ -92,6 +102,16 @@ enum PeriodQueries {
             days[day, default: Bucket()].drives += 1
             days[day, default: Bucket()].distanceM += (row[1] as Double?) ?? 0
             days[day, default: Bucket()].drivingS += (row[2] as Double?) ?? 0
+        }
+
+        let scores = try Row.fetchCursor(db, sql: """
+            SELECT start_ms, speeding_m, limit_known_m FROM scores
+            WHERE limit_known_m > 0 AND start_ms >= ? AND start_ms < ? AND (?3 IS NULL OR device = ?3)
+            """, arguments: [fromMs, toMs, query.device])
+        while let row = try scores.next() {
+            let day = floorDiv(row[0], dayMs)
+            days[day, default: Bucket()].speedingM += (row[1] as Double?) ?? 0
+            days[day, default: Bucket()].limitKnownM += (row[2] as Double?) ?? 0
         }
 
         let devices: [String] = try query.device.map { [$0] } ?? String.fetchAll(db, sql: "SELECT device FROM devices ORDER BY device")
@@ -128,9 +148,11 @@ enum PeriodQueries {
             return days.keys.sorted().map { day in
                 let bucket = days[day]!
                 let (y, m, d) = RFC3339.civil(fromDays: day)
-                return PeriodStats(
+                var stats = PeriodStats(
                     period: pad(y, 4) + "-" + pad(m, 2) + "-" + pad(d, 2), distanceM: bucket.distanceM, drives: bucket.drives,
                     drivingS: bucket.drivingS, fixes: bucket.fixes, awayFromHomeS: anyHome ? bucket.awayS : nil)
+                (stats.speedingM, stats.limitKnownM) = (bucket.speedingM, bucket.limitKnownM)
+                return stats
             }
         case .month:
             var months: [Int64: Bucket] = [:]
@@ -142,13 +164,17 @@ enum PeriodQueries {
                 month.drivingS += bucket.drivingS
                 month.fixes += bucket.fixes
                 month.awayS += bucket.awayS
+                month.speedingM += bucket.speedingM
+                month.limitKnownM += bucket.limitKnownM
                 months[y * 12 + m - 1] = month
             }
             return months.keys.sorted().map { key in
                 let bucket = months[key]!
-                return PeriodStats(
+                var stats = PeriodStats(
                     period: pad(floorDiv(key, 12), 4) + "-" + pad(key - floorDiv(key, 12) * 12 + 1, 2), distanceM: bucket.distanceM,
                     drives: bucket.drives, drivingS: bucket.drivingS, fixes: bucket.fixes, awayFromHomeS: anyHome ? bucket.awayS : nil)
+                (stats.speedingM, stats.limitKnownM) = (bucket.speedingM, bucket.limitKnownM)
+                return stats
             }
         }
     }

@@ -255,13 +255,13 @@ enum Projector {
         }
         try db.execute(sql: """
             INSERT OR REPLACE INTO scores (trip_id, device, start_ms, score, distance_m, events, counts, events_per_100km,
-                speed_variation, session_id, candidate, event_id, components)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                speed_variation, session_id, candidate, event_id, components, speeding_m, limit_known_m)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """, arguments: [
                 id, p.string("device") ?? event.device, p.date("start_time").map(milliseconds), p.double("score"), p.double("distance_m"),
                 String(decoding: events.encoded, as: UTF8.self), String(decoding: counts.encoded, as: UTF8.self),
                 p.double("events_per_100km"), p.double("speed_variation"), sessionID, candidate, event.id,
-                String(decoding: components.encoded, as: UTF8.self),
+                String(decoding: components.encoded, as: UTF8.self), p.double("speeding_m"), p.double("limit_known_m"),
             ])
         try MapLevels.updateScore(tripID: id, score: p.double("score"), in: db)
     }

@@ -357,6 +357,12 @@ enum StatsSchema {
             try db.execute(sql: MapLevels.schema)
             try db.execute(sql: "INSERT INTO map_pending (trip_id) SELECT trip_id FROM trips ORDER BY start_ms")
         }
+        migrator.registerMigration("v8-speeding-distance") { db in
+            // Speeding against posted limits (issue 16): how far above the limit, out of how far
+            // with a known limit. Null for scores from before.
+            try db.execute(sql: "ALTER TABLE scores ADD COLUMN speeding_m REAL")
+            try db.execute(sql: "ALTER TABLE scores ADD COLUMN limit_known_m REAL")
+        }
         return migrator
     }
 }

@@ -42,6 +42,8 @@ public struct TripSummary: Sendable, Equatable {
     public var session: Session?
     /// The simplified track from `trip.ended`; only filled for one trip.
     public var track: [Coordinate]?
+    /// The stretches driven above the limit, from the fixes; only filled for one trip.
+    var speeding: [SpeedingStretch]?
 
     func write(to writer: inout JSONWriter) {
         writer.beginObject()
@@ -78,6 +80,30 @@ public struct TripSummary: Sendable, Equatable {
             writer.endObject()
         } else {
             writer.value(.null)
+        }
+        if let speeding {
+            // `[{"start_time", "duration_s", "limit_kmh", "limit_source", "over_kmh", "track": [[lat, lon], …]}]`
+            writer.key("speeding")
+            writer.beginArray()
+            for stretch in speeding {
+                writer.beginObject()
+                writer.key("duration_s"); writer.optional(stretch.durationS)
+                writer.key("limit_kmh"); writer.optional(stretch.limitKmh)
+                writer.key("limit_source"); writer.optional(stretch.limitSource)
+                writer.key("over_kmh"); writer.optional(stretch.overKmh)
+                writer.key("start_time"); writer.string(stretch.startTime)
+                writer.key("track")
+                writer.beginArray()
+                for point in stretch.track {
+                    writer.beginArray()
+                    writer.number(point.lat)
+                    writer.number(point.lon)
+                    writer.endArray()
+                }
+                writer.endArray()
+                writer.endObject()
+            }
+            writer.endArray()
         }
         writer.key("start"); Self.write(startPoint, to: &writer)
         writer.key("start_time"); writer.date(start)
@@ -171,7 +197,10 @@ enum TripQueries {
     }
 
     static func one(_ db: Database, id: String) throws -> TripSummary? {
-        try Row.fetchOne(db, sql: "SELECT \(columns) \(joins) WHERE t.trip_id = ?", arguments: [id]).map { summary($0, detail: true) }
+        guard var trip = try Row.fetchOne(db, sql: "SELECT \(columns) \(joins) WHERE t.trip_id = ?", arguments: [id]).map({ summary($0, detail: true) })
+        else { return nil }
+        trip.speeding = try SpeedingStretch.all(db, tripID: trip.tripID, device: trip.device)
+        return trip
     }
 
     /// Trips of a driving-school session: those its scores name, and unscored ones of the
