@@ -152,7 +152,7 @@ public enum OSMRoadImport {
             }
             if block.type == "OSMHeader" {
                 let header: Drivebus_Osmpbf_HeaderBlock
-                do { header = try Drivebus_Osmpbf_HeaderBlock(serializedBytes: block.data, options: PBFBlocks.decoding) } catch {
+                do { header = try Drivebus_Osmpbf_HeaderBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
                     throw corrupt("header: \(error)")
                 }
                 for feature in header.requiredFeatures where !readableFeatures.contains(feature) {
@@ -164,7 +164,7 @@ public enum OSMRoadImport {
             guard block.type == "OSMData" else { continue }
             guard sawHeader else { throw corrupt("data before the file's header: not an OSM PBF file") }
             let ways: Drivebus_Osmpbf_WayBlock
-            do { ways = try Drivebus_Osmpbf_WayBlock(serializedBytes: block.data, options: PBFBlocks.decoding) } catch {
+            do { ways = try Drivebus_Osmpbf_WayBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
                 throw corrupt("\(error)")
             }
             let strings = ways.stringtable.s
@@ -199,7 +199,7 @@ public enum OSMRoadImport {
             progress(Progress(pass: 2, passes: 2, bytesRead: second.offset, bytesTotal: second.size))
             guard block.type == "OSMData" else { continue }
             let nodes: Drivebus_Osmpbf_NodeBlock
-            do { nodes = try Drivebus_Osmpbf_NodeBlock(serializedBytes: block.data, options: PBFBlocks.decoding) } catch {
+            do { nodes = try Drivebus_Osmpbf_NodeBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
                 throw .corruptBlock(path: path, block: block.number, offset: block.offset, reason: "\(error)")
             }
             let granularity = Int64(nodes.granularity), latOffset = nodes.latOffset, lonOffset = nodes.lonOffset

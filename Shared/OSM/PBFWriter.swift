@@ -36,7 +36,9 @@ public final class PBFWriter {
         group.dense = dense
         var block = Drivebus_Osmpbf_NodeBlock()
         block.primitivegroup = [group]
-        try write(type: "OSMData", block)
+        // A PrimitiveBlock must have a string table; the nodes view has none, so an empty one
+        // (field 1, length 0) goes in front: fields may come in any order.
+        try write(type: "OSMData", block, prefix: [0x0A, 0x00])
     }
 
     /// One block of ways with their tags.
@@ -67,9 +69,9 @@ public final class PBFWriter {
 
     public func close() { try? handle.close() }
 
-    private func write(type: String, _ message: some SwiftProtobuf.Message) throws(OSMImportError) {
+    private func write(type: String, _ message: some SwiftProtobuf.Message, prefix: [UInt8] = []) throws(OSMImportError) {
         do {
-            let raw: Data = try message.serializedBytes()
+            let raw: Data = Data(prefix) + (try message.serializedBytes() as Data)
             var compressed = Data(count: Int(compressBound(uLong(raw.count))))
             var size = uLongf(compressed.count)
             let status = compressed.withUnsafeMutableBytes { out in

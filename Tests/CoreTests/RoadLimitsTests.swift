@@ -110,6 +110,29 @@ import Testing
         #expect(Double(index.summary.bytes) <= 2 * 8 * Double(index.summary.points) + 4096)
     }
 
+    @Test func aWrittenExtractReadsBackExactly() throws {
+        let dir = Self.scratch()
+        let writer = try PBFWriter(path: dir + "/small.osm.pbf")
+        try writer.writeNodes(ids: [10, 11, 12, 20, 21], latE7: [481_000_000, 481_001_000, 481_002_000, 481_000_000, 481_000_000], lonE7: [110_000_000, 110_000_000, 110_000_000, 110_001_000, 110_002_000])
+        try writer.writeWays([
+            (id: 1, refs: [10, 11, 12], tags: [("highway", "primary"), ("maxspeed", "70"), ("oneway", "-1")]),
+            // Node 99 is not in the file: the road is split there, and its one-point pieces dropped.
+            (id: 2, refs: [20, 21, 99, 12], tags: [("highway", "residential"), ("maxspeed", "30 mph")]),
+            (id: 3, refs: [10, 20], tags: [("building", "yes")]),
+            (id: 4, refs: [10, 21], tags: [("highway", "footway")]),
+        ])
+        writer.close()
+        let summary = try OSMRoadImport.run(input: dir + "/small.osm.pbf", output: dir + "/small.dbrl")
+        let counts: [Int] = [summary.roads, summary.tagged, summary.written, summary.points, summary.missingNodes]
+        #expect(counts == [2, 2, 2, 5, 1])
+        let index = try RoadLimitIndex(path: dir + "/small.dbrl")
+        // The one-way road against its drawing order: stored reversed, 12 → 11 → 10.
+        #expect(index.way(0) == RoadWay(roadClass: .primary, forward: .kmh(70), backward: .kmh(70), oneway: true))
+        #expect(index.points(ofWay: 0).map(\.latE7) == [Int32(481_002_000), 481_001_000, 481_000_000])
+        #expect(index.way(1) == RoadWay(roadClass: .residential, forward: .kmh(48.3), backward: .kmh(48.3), oneway: false))
+        #expect(index.points(ofWay: 1).map(\.lonE7) == [Int32(110_001_000), 110_002_000])
+    }
+
     @Test func pbfAndXMLOfTheSameAreaGiveTheSameIndex() throws {
         let dir = Self.scratch()
         let fromPBF = try OSMRoadImport.run(input: Self.osm.appendingPathComponent("helsinki-centre-raw.osm.pbf").path, output: dir + "/a.dbrl")
