@@ -44,6 +44,8 @@ public enum OSMRoadImport {
         var summary = Summary(roads: roads.records.count, tagged: roads.records.filter { $0.road.isTagged }.count)
         do {
             summary.missingNodes = try roads.build(into: &builder)
+            // The node ids and coordinates are in the builder now: free them before the cells.
+            roads = Roads()
             summary.written = builder.wayCount
             summary.points = builder.pointCount
             try builder.write(to: output, source: URL(fileURLWithPath: input).lastPathComponent)
@@ -79,7 +81,15 @@ public enum OSMRoadImport {
         }
 
         mutating func prepareNodes() {
-            nodeIDs = Array(Set(refs)).sorted()
+            // Sorted and deduplicated in place: no hash set of every node id.
+            nodeIDs = refs.sorted()
+            var kept = 0
+            for id in nodeIDs where kept == 0 || nodeIDs[kept - 1] != id {
+                nodeIDs[kept] = id
+                kept += 1
+            }
+            // A copy of the right size: the sorted copy of every reference is twice as big.
+            nodeIDs = Array(nodeIDs[..<kept])
             latE7 = [Int32](repeating: .min, count: nodeIDs.count)
             lonE7 = latE7
         }
@@ -105,6 +115,7 @@ public enum OSMRoadImport {
         /// references were missing.
         mutating func build(into builder: inout RoadIndexBuilder) throws(RoadIndexError) -> Int {
             var missing = 0
+            builder.reserveCapacity(points: refs.count, ways: records.count)
             var lats: [Int32] = [], lons: [Int32] = []
             func flush(_ record: (road: RoadWay, reversed: Bool)) throws(RoadIndexError) {
                 if lats.count >= 2 {

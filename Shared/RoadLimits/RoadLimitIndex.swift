@@ -69,6 +69,14 @@ public struct RoadIndexBuilder: Sendable {
     public init() {}
 
     public var wayCount: Int { wayRecords.count }
+
+    /// Room for this many points and roads at once, so that a large import never holds its
+    /// points twice while an array grows.
+    public mutating func reserveCapacity(points count: Int, ways: Int) {
+        points.reserveCapacity(2 * count)
+        wayStarts.reserveCapacity(ways + 1)
+        wayRecords.reserveCapacity(ways)
+    }
     public var pointCount: Int { points.count / 2 }
 
     /// Adds a road of at least two points. A one-way road is given in its direction of travel.
@@ -76,7 +84,6 @@ public struct RoadIndexBuilder: Sendable {
         precondition(latE7.count == lonE7.count)
         guard latE7.count >= 2 else { return }
         guard pointCount + latE7.count < RoadIndexFormat.maxPoints else { throw .tooLarge(points: pointCount + latE7.count) }
-        points.reserveCapacity(points.count + 2 * latE7.count)
         for i in latE7.indices {
             points.append(latE7[i])
             points.append(lonE7[i])

@@ -2,7 +2,7 @@ import Foundation
 
 /// Follows one drive along the roads of an index, fix by fix, well enough to know the limit in
 /// force: each fix is matched to the nearby road that best fits its position (against its
-/// accuracy) and its direction of travel, and the drive stays on its road until another one has
+/// accuracy), its direction of travel and its speed, and the drive stays on its road until another one has
 /// fitted better for `switchAfter` fixes in a row, or its road is out of reach. So a motorway
 /// beside a 30 km/h service road keeps the motorway's limit when GPS noise drifts a fix or two
 /// towards the service road. The value is the state (`Codable`, for checkpoints).
@@ -37,7 +37,7 @@ public struct RoadMatcher: Sendable, Codable, Equatable {
     /// The road a fix is on, or nil when no road is within reach (a car park, an unmapped lane).
     /// `headingDeg` is the direction of travel when the car moves fast enough to have one.
     public mutating func match(
-        lat: Double, lon: Double, accuracyM: Double?, headingDeg: Double?, in index: RoadLimitIndex,
+        lat: Double, lon: Double, accuracyM: Double?, headingDeg: Double?, speedMps: Double? = nil, in index: RoadLimitIndex,
         _ configuration: Configuration = Configuration()
     ) -> Match? {
         if indexChecksum != index.summary.checksum {
@@ -50,7 +50,9 @@ public struct RoadMatcher: Sendable, Codable, Equatable {
 
         // The best-fitting segment of each road in reach: position against the fix's accuracy,
         // direction against the road's (either way on a two-way road; against a one-way road's
-        // direction is as bad as across it), and a little against minor roads.
+        // direction is as bad as across it), a little against minor roads, and speed against
+        // the limit: 45 km/h on a 10 km/h service lane beside a street is the street. Only far
+        // beyond the limit (1.5 × + 5 km/h) does it count, so real speeding stays on its road.
         var candidates: [(way: Int, cost: Double, hit: RoadLimitIndex.Hit)] = []
         index.forEachSegment(nearLat: lat, lon: lon, radiusM: radius) { hit in
             let road = index.way(hit.way)
@@ -61,6 +63,10 @@ public struct RoadMatcher: Sendable, Codable, Equatable {
                 cost += min((difference / 30) * (difference / 30), 9)
             }
             if road.roadClass.isMinor { cost += 1 }
+            if let speed = speedMps, let limit = road.forward?.kmh ?? road.backward?.kmh {
+                let beyond = (speed * 3.6 - limit * 1.5 - 5) / 10
+                if beyond > 0 { cost += min(beyond * beyond, 4) }
+            }
             if let k = candidates.firstIndex(where: { $0.way == hit.way }) {
                 if cost < candidates[k].cost { candidates[k] = (hit.way, cost, hit) }
             } else {

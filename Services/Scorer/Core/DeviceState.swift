@@ -317,7 +317,8 @@ struct DeviceState: Sendable, Codable {
         if let index = tuning.roads {
             var matcher = roadMatcher ?? RoadMatcher()
             let heading = centre.flags & Sample.hasHeading != 0 ? centre.heading : centre.flags & Sample.hasTrack != 0 ? centre.track : nil
-            road = matcher.match(lat: centre.lat, lon: centre.lon, accuracyM: centre.accuracy, headingDeg: heading, in: index)
+            let speed = centre.flags & Sample.hasSpeed != 0 ? centre.speed : nil
+            road = matcher.match(lat: centre.lat, lon: centre.lon, accuracyM: centre.accuracy, headingDeg: heading, speedMps: speed, in: index)
             roadMatcher = matcher
         }
         if let zone = tuning.zoneLimit(lat: centre.lat, lon: centre.lon) { return (zone, "zone") }
