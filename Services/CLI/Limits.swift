@@ -49,10 +49,10 @@ struct LimitsImport: ParsableCommand {
         if showProgress { FileHandle.standardError.write(Data("\n".utf8)) }
         let seconds = Date().timeIntervalSince(started)
         let bytes = (try? FileManager.default.attributesOfItem(atPath: output)[.size] as? Int) ?? 0
+        let rate = seconds >= 1 ? ", \(Int(Double(summary.roads) / seconds * 60)) roads/min" : ""
         print("""
             imported \(summary.roads) roads (\(summary.tagged) with a maxspeed) as \(summary.written) pieces of \(summary.points) points \
-            in \(String(format: "%.1f", seconds)) s, \(summary.roads * 60 / max(Int(seconds.rounded(.up)), 1)) roads/min, \
-            peak memory \(peakMemoryMB()) MB
+            in \(String(format: "%.1f", seconds)) s\(rate), peak memory \(peakMemoryMB()) MB
             index: \(output) (\(bytes / 1024) KiB)
             """)
         if summary.missingNodes > 0 {
