@@ -1,6 +1,7 @@
 import ArgumentParser
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusRoadLimits
 import DrivebusSchema
 import Foundation
 
@@ -72,6 +73,9 @@ struct Status: AsyncParsableCommand {
         } else {
             print(Self.table([["SERVICE", "STATUS", "PID", "UPTIME", "PUBLISHED", "LAST SEQ"]] + rows))
             if let mqtt { print("\n" + mqtt.summary) }
+            if let limits = RoadLimitIndex.header(path: config.layout.roadLimitsIndex) {
+                print("\nSPEED LIMITS: from \(limits.source), \(limits.ways) road pieces (\(limits.taggedWays) with a maxspeed)")
+            }
             if let calls = deadLetters?.calls, !calls.isEmpty {
                 // Gate calls given up on: refused, failed or too old to open a gate for.
                 print("\nDEAD LETTERS (\(calls.count)): gate calls given up on")

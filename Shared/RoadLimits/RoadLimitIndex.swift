@@ -208,6 +208,7 @@ public final class RoadLimitIndex: @unchecked Sendable {
     }
 
     public let summary: Summary
+    public let path: String
     // Immutable after init; unmapped in deinit.
     private let base: UnsafeRawPointer
     private let length: Int
@@ -283,9 +284,28 @@ public final class RoadLimitIndex: @unchecked Sendable {
         }
         self.base = base
         self.length = length
+        self.path = path
     }
 
     deinit { munmap(UnsafeMutableRawPointer(mutating: base), length) }
+
+    /// What an index file's header says, without reading the rest (nil when it is not one):
+    /// cheap, for `drivebus status`. Only opening the index checks it whole.
+    public static func header(path: String) -> Summary? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let bytes = try? handle.read(upToCount: RoadIndexFormat.headerSize), bytes.count == RoadIndexFormat.headerSize,
+              Array(bytes.prefix(4)) == RoadIndexFormat.magic
+        else { return nil }
+        let header = [UInt8](bytes)
+        func read(_ offset: Int, _ size: Int) -> UInt64 { (0..<size).reduce(0) { $0 | UInt64(header[offset + $1]) << (8 * $1) } }
+        guard read(4, 4) == UInt64(RoadIndexFormat.version) else { return nil }
+        let fileSize = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
+        return Summary(
+            ways: Int(clamping: read(8, 8)), taggedWays: Int(clamping: read(40, 8)), points: Int(clamping: read(16, 8)), bytes: fileSize,
+            source: String(decoding: header[56..<(56 + RoadIndexFormat.sourceBytes)].prefix { $0 != 0 }, as: UTF8.self),
+            checksum: UInt32(read(48, 4)))
+    }
 
     public func way(_ index: Int) -> RoadWay { RoadWay(packed: wayRecords[index])! }
 

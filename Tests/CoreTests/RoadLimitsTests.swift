@@ -106,6 +106,8 @@ import Testing
         #expect(index.summary.ways == summary.written)
         #expect(index.summary.points == summary.points)
         #expect(index.summary.source == "helsinki-roads.osm.pbf")
+        // The header alone, as `drivebus status` reads it, says the same.
+        #expect(RoadLimitIndex.header(path: index.path) == index.summary)
         // Index size against the roads' coordinates (8 bytes a point): the issue allows 2×.
         #expect(Double(index.summary.bytes) <= 2 * 8 * Double(index.summary.points) + 4096)
     }
