@@ -94,6 +94,9 @@ public struct DriveScored: Codable, Sendable, Equatable {
     /// payloads from before speed limits were matched to roads).
     public var speedingM: Double?
     public var limitKnownM: Double?
+    /// The three speeding episodes furthest above their limit, worst first (each with its
+    /// `limit_kmh`, `over_kmh` and `limit_source`; the speed is their sum). Absent without limits.
+    public var worstSpeeding: [DriveEvent]?
     /// The standard deviation of smoothed longitudinal acceleration, m/s².
     public var speedVariation: Double
     /// Why the score is what it is: each measure, its value and the points it cost. Absent in
@@ -104,7 +107,7 @@ public struct DriveScored: Codable, Sendable, Equatable {
     public init(
         tripID: String, device: String, startTime: Date, endTime: Date? = nil, score: Double, distanceM: Double,
         events: [DriveEvent], counts: [String: Int], eventsPer100km: Double, speedingS: Double,
-        speedingM: Double? = nil, limitKnownM: Double? = nil,
+        speedingM: Double? = nil, limitKnownM: Double? = nil, worstSpeeding: [DriveEvent]? = nil,
         speedVariation: Double, components: [ScoreComponent]? = nil, session: DriveSession? = nil
     ) {
         self.tripID = tripID
@@ -119,6 +122,7 @@ public struct DriveScored: Codable, Sendable, Equatable {
         self.speedingS = speedingS
         self.speedingM = speedingM
         self.limitKnownM = limitKnownM
+        self.worstSpeeding = worstSpeeding
         self.speedVariation = speedVariation
         self.components = components
         self.session = session
@@ -134,6 +138,7 @@ public struct DriveScored: Codable, Sendable, Equatable {
         case speedingS = "speeding_s"
         case speedingM = "speeding_m"
         case limitKnownM = "limit_known_m"
+        case worstSpeeding = "worst_speeding"
         case speedVariation = "speed_variation"
     }
 }

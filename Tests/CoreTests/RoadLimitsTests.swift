@@ -367,6 +367,9 @@ import Testing
         #expect(scored.speedingM == 3906.9)
         #expect(scored.speedingS == 289)
         #expect(events.map(\.limitKmh) == [30, 30, 30, 40, 30, 30])
+        // The worst three, furthest over first (ties: the earlier first).
+        #expect(scored.worstSpeeding?.map(\.overKmh) == [15, 15, 15])
+        #expect(scored.worstSpeeding?.map(\.time) == Array(events.prefix(3).map(\.time)))
         #expect(events.allSatisfy { $0.limitSource == "osm" })
         // Never the 10 km/h service lane beside Fabianinkatu (matched without the speed term).
         #expect(!events.contains { $0.limitKmh == 10 })

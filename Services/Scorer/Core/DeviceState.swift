@@ -445,6 +445,8 @@ struct DeviceState: Sendable, Codable {
             score: score.score, distanceM: rounded(max(distance, 0), 1), events: tripEvents, counts: score.counts,
             eventsPer100km: score.eventsPer100km, speedingS: rounded(speedingS, 1),
             speedingM: tuning.hasLimits ? rounded(speedingM, 1) : nil, limitKnownM: tuning.hasLimits ? rounded(limitKnownM, 1) : nil,
+            worstSpeeding: tuning.hasLimits
+                ? Array(tripEvents.filter { $0.type == .speeding }.sorted { ($0.overKmh ?? 0, $1.time) > ($1.overKmh ?? 0, $0.time) }.prefix(3)) : nil,
             speedVariation: rounded(variation, 3), components: score.components, session: open?.session ?? session)
         scored.append(ended.tripID)
         if scored.count > Self.maxScored { scored.removeFirst() }
