@@ -118,7 +118,7 @@ let package = Package(
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",
-            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "MQTTCore", yams, logging],
+            dependencies: ["DrivebusSettings", "DrivebusSchema", "DrivebusGeo", "DrivebusRoadLimits", "CheckoutCore", "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "MQTTCore", yams, logging],
             path: "Services/Config"
         ),
         .target(

@@ -7,6 +7,7 @@ import TripsCore
 import DrivebusSchema
 import DrivebusSettings
 import DrivebusGeo
+import DrivebusRoadLimits
 import Foundation
 import Logging
 import Yams
@@ -300,11 +301,16 @@ extension DrivebusConfig {
             ("score_min_distance_km", \.scoreMinDistanceKm), ("score_min_duration_s", \.scoreMinDurationS),
             ("speed_variation_calm_mps2", \.speedVariationCalmMps2),
         ]
-        let section = try top.mapping("scorer", allowed: Set(keys.map(\.0) + ["speed_limit_kmh", "weights", "history_fixes"]))
+        let section = try top.mapping("scorer", allowed: Set(keys.map(\.0) + ["speed_limit_kmh", "weights", "history_fixes", "road_class_limits_kmh"]))
         var scorer = ScorerConfiguration()
         for (key, path) in keys { scorer[keyPath: path] = try section.double(key, default: scorer[keyPath: path], in: -1e6...1e9) }
         if section.has("speed_limit_kmh") { scorer.speedLimitKmh = try section.double("speed_limit_kmh", default: 0, in: 1...500) }
         scorer.historyFixes = try section.int("history_fixes", default: scorer.historyFixes, in: 16...1_000_000)
+        // Limits for roads from the speed-limit index that have no maxspeed, by OSM class.
+        let classes = try section.mapping("road_class_limits_kmh", allowed: Set(RoadClass.allCases.map(\.osmName)))
+        for roadClass in RoadClass.allCases where classes.has(roadClass.osmName) {
+            scorer.roadClassLimitsKmh[roadClass.osmName] = try classes.double(roadClass.osmName, default: 0, in: 1...300)
+        }
         let weightKeys: [(String, WritableKeyPath<ScorerConfiguration.Weights, Double>)] = [
             ("harsh_brake", \.harshBrake), ("harsh_accel", \.harshAccel), ("harsh_corner", \.harshCorner), ("speeding_s_per_h", \.speedingSPerH),
             ("speed_variation", \.speedVariation),

@@ -97,7 +97,8 @@ public enum OSMRoadImport {
         /// Keeps a node's coordinates if a road uses it.
         @inline(__always)
         mutating func offer(id: Int64, latE7 lat: Int32, lonE7 lon: Int32) {
-            guard let k = slot(id) else { return }
+            // A position off the globe is damage: the node counts as missing.
+            guard abs(Int(lat)) <= 900_000_000, abs(Int(lon)) <= 1_800_000_000, let k = slot(id) else { return }
             latE7[k] = lat
             lonE7[k] = lon
         }
@@ -149,7 +150,9 @@ public enum OSMRoadImport {
 
     // MARK: PBF
 
-    static let readableFeatures: Set<String> = ["OsmSchema-V0.6", "DenseNodes", "HistoricalInformation"]
+    /// `HistoricalInformation` (a full-history `.osh.pbf`) is not among them: every old version
+    /// of a road would be read as a road of its own.
+    static let readableFeatures: Set<String> = ["OsmSchema-V0.6", "DenseNodes"]
 
     private static func readPBF(_ path: String, into roads: inout Roads, progress: (Progress) -> Void) throws(OSMImportError) {
         // Pass 1: the roads.

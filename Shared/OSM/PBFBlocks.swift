@@ -70,7 +70,10 @@ struct PBFBlocks {
         let start = offset
         number += 1
         let corrupt = { [path, number] (reason: String) in OSMImportError.corruptBlock(path: path, block: number, offset: start, reason: reason) }
-        guard let sizeBytes = try read(4, atEnd: true) else { return nil }
+        guard let sizeBytes = try read(4) else {
+            if offset == start { return nil }  // the end of the file, between blocks
+            throw corrupt("the file ends inside the block's size")
+        }
         let headerSize = sizeBytes.reduce(0) { $0 << 8 | Int($1) }
         guard headerSize > 0, headerSize <= Self.maxHeader else { throw corrupt("header size \(headerSize)") }
         guard let headerBytes = try read(headerSize) else { throw corrupt("the file ends inside the block header") }
@@ -114,9 +117,8 @@ struct PBFBlocks {
         return Block(number: number, offset: start, type: header.type, data: data)
     }
 
-    /// Exactly `count` bytes, or nil at the end of the file (an error if the end comes inside
-    /// them, unless `atEnd` and none were read).
-    private mutating func read(_ count: Int, atEnd: Bool = false) throws(OSMImportError) -> [UInt8]? {
+    /// Exactly `count` bytes, or nil when the file ends first (the caller names the part).
+    private mutating func read(_ count: Int) throws(OSMImportError) -> [UInt8]? {
         var bytes = [UInt8](repeating: 0, count: count)
         var got = 0
         while got < count {
@@ -129,8 +131,6 @@ struct PBFBlocks {
             got += n
         }
         offset += got
-        if got == count { return bytes }
-        if got == 0 && atEnd { return nil }
-        throw .corruptBlock(path: path, block: number, offset: offset - got, reason: "the file ends inside the block")
+        return got == count ? bytes : nil
     }
 }

@@ -55,6 +55,37 @@ enum RoadIndexFormat {
 
     @inline(__always)
     static func key(x: Int, y: Int) -> UInt64 { UInt64(x) << UInt64(cellZoom) | UInt64(y) }
+
+    /// No road has a straight segment this long (about 300 km at the equator): one that does is
+    /// damage, and is not listed, rather than listed in every cell across a continent.
+    static let maxCellsPerSegment = 1000
+
+    /// The cells a segment passes through (fractional cell coordinates), walking the grid along
+    /// it, so that a long diagonal is listed in its cells only, not in its bounding box's.
+    static func forEachCell(from a: (x: Double, y: Double), to b: (x: Double, y: Double), _ body: (Int, Int) -> Void) {
+        var x = Int(a.x), y = Int(a.y)
+        let endX = Int(b.x), endY = Int(b.y)
+        guard abs(endX - x) + abs(endY - y) <= maxCellsPerSegment else { return }
+        let dx = b.x - a.x, dy = b.y - a.y
+        let stepX = dx > 0 ? 1 : -1, stepY = dy > 0 ? 1 : -1
+        // How far along the segment (0…1) the next vertical and horizontal cell borders are.
+        var nextX = dx != 0 ? ((dx > 0 ? Double(x + 1) : Double(x)) - a.x) / dx : .infinity
+        var nextY = dy != 0 ? ((dy > 0 ? Double(y + 1) : Double(y)) - a.y) / dy : .infinity
+        let deltaX = dx != 0 ? 1 / abs(dx) : .infinity, deltaY = dy != 0 ? 1 / abs(dy) : .infinity
+        body(x, y)
+        var steps = 0
+        while (x != endX || y != endY) && steps <= 2 * maxCellsPerSegment {
+            if x != endX && (nextX < nextY || y == endY) {
+                x += stepX
+                nextX += deltaX
+            } else {
+                y += stepY
+                nextY += deltaY
+            }
+            body(x, y)
+            steps += 1
+        }
+    }
 }
 
 /// Collects roads and writes an index file. Memory: 8 bytes per point, 12 per road, and 8 per
@@ -180,10 +211,8 @@ public struct RoadIndexBuilder: Sendable {
                 for i in Int(wayStarts[w]) + 1..<Int(wayStarts[w + 1]) {
                     let b = RoadIndexFormat.cell(latE7: p[2 * i], lonE7: p[2 * i + 1])
                     let segment = UInt64(i - 1)
-                    for x in Int(min(a.x, b.x))...Int(max(a.x, b.x)) {
-                        for y in Int(min(a.y, b.y))...Int(max(a.y, b.y)) {
-                            entries.append(RoadIndexFormat.key(x: x, y: y) << RoadIndexFormat.segmentBits | segment)
-                        }
+                    RoadIndexFormat.forEachCell(from: a, to: b) { x, y in
+                        entries.append(RoadIndexFormat.key(x: x, y: y) << RoadIndexFormat.segmentBits | segment)
                     }
                     a = b
                 }
@@ -266,7 +295,7 @@ public final class RoadLimitIndex: @unchecked Sendable {
             // Ordered tables keep every lookup inside them: a damaged file that passed the
             // checksum by chance still cannot send one out of bounds.
             guard wayStarts[0] == 0, Int(wayStarts[ways]) == pointCount else { throw RoadIndexError.invalid(path: path, field: "ways") }
-            for w in 0..<ways where wayStarts[w + 1] < wayStarts[w] + 2 || RoadWay(packed: wayRecords[w]) == nil {
+            for w in 0..<ways where Int(wayStarts[w + 1]) - Int(wayStarts[w]) < 2 || RoadWay(packed: wayRecords[w]) == nil {
                 throw RoadIndexError.invalid(path: path, field: "ways")
             }
             guard cellStarts[0] == 0, Int(cellStarts[cells]) == entries else { throw RoadIndexError.invalid(path: path, field: "cells") }

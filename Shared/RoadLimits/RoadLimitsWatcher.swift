@@ -18,7 +18,8 @@ public final class RoadLimitsWatcher: Sendable {
 
     private struct Seen: Equatable {
         var inode: UInt64
-        var modified: Int
+        var modifiedS: Int
+        var modifiedNs: Int
         var size: Int
     }
 
@@ -46,12 +47,10 @@ public final class RoadLimitsWatcher: Sendable {
     /// The index in use, nil when none has been imported.
     public var current: RoadLimitIndex? { state.withLock { $0.index } }
 
-    /// Gives the scorer the index in use if it has another (a cheap identity check, for every
-    /// message).
-    public func install(into roadLimits: inout RoadLimitIndex?) {
-        let index = current
-        if index !== roadLimits { roadLimits = index }
-    }
+    /// Whether the index in use is another than `index` (a cheap identity check, for every
+    /// message). The caller then sets `current`: only then, since setting the scorer's index
+    /// rebuilds its tuning.
+    public func differs(from index: RoadLimitIndex?) -> Bool { current !== index }
 
     private func refresh() {
         var info = stat()
@@ -63,7 +62,7 @@ public final class RoadLimitsWatcher: Sendable {
             if had { onChange(.removed) }
             return
         }
-        let seen = Seen(inode: UInt64(info.st_ino), modified: Int(info.st_mtim.tv_sec) * 1_000_000_000 + Int(info.st_mtim.tv_nsec), size: Int(info.st_size))
+        let seen = Seen(inode: UInt64(info.st_ino), modifiedS: Int(info.st_mtim.tv_sec), modifiedNs: Int(info.st_mtim.tv_nsec), size: Int(info.st_size))
         guard state.withLock({ $0.seen != seen }) else { return }
         do {
             let index = try RoadLimitIndex(path: path)

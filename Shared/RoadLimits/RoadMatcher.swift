@@ -80,7 +80,11 @@ public struct RoadMatcher: Sendable, Codable, Equatable {
             return nil
         }
         var chosen = best
-        if let kept = candidates.first(where: { $0.way == current }), best.way != current {
+        if best.way == current {
+            // The drive's road fits best: any challenger's run is broken.
+            challenger = -1
+            challengerWins = 0
+        } else if let kept = candidates.first(where: { $0.way == current }) {
             // The drive's road is still in reach: keep it unless another fits clearly better, fix
             // after fix.
             if kept.cost <= best.cost + 3 {

@@ -17,11 +17,11 @@ await ServiceRunner.main(.scorer, configuration: DrivebusConfig.self) { context,
         initial: DriveDerivations(trips: config.trips, scorer: scorerConfiguration),
         decodingUserInfo: CheckpointConfiguration.userInfo(config.trips, scorerConfiguration),
         apply: { state, message, _ in
-            roadLimits.install(into: &state.scorer.roadLimits)
+            if roadLimits.differs(from: state.scorer.roadLimits) { state.scorer.roadLimits = roadLimits.current }
             return message.decoded.map { state.handle($0, arrivedAt: Date()).scores } ?? []
         },
         tick: { state, now in
-            roadLimits.install(into: &state.scorer.roadLimits)
+            if roadLimits.differs(from: state.scorer.roadLimits) { state.scorer.roadLimits = roadLimits.current }
             return state.tick(now).scores
         }
     )

@@ -516,6 +516,30 @@ struct Totals: Sendable, Codable, Equatable {
     var accelerationSum = 0.0
     var accelerationSquares = 0.0
     var accelerationCount = 0.0
+
+    init(
+        distanceM: Double = 0, speedingS: Double = 0, speedingM: Double = 0, limitKnownM: Double = 0,
+        accelerationSum: Double = 0, accelerationSquares: Double = 0, accelerationCount: Double = 0
+    ) {
+        (self.distanceM, self.speedingS, self.speedingM, self.limitKnownM) = (distanceM, speedingS, speedingM, limitKnownM)
+        (self.accelerationSum, self.accelerationSquares, self.accelerationCount) = (accelerationSum, accelerationSquares, accelerationCount)
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case distanceM, speedingS, speedingM, limitKnownM, accelerationSum, accelerationSquares, accelerationCount
+    }
+
+    // The distances above and with a limit are absent in checkpoints from before them.
+    init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(
+            distanceM: try c.decode(Double.self, forKey: .distanceM), speedingS: try c.decode(Double.self, forKey: .speedingS),
+            speedingM: try c.decodeIfPresent(Double.self, forKey: .speedingM) ?? 0,
+            limitKnownM: try c.decodeIfPresent(Double.self, forKey: .limitKnownM) ?? 0,
+            accelerationSum: try c.decode(Double.self, forKey: .accelerationSum),
+            accelerationSquares: try c.decode(Double.self, forKey: .accelerationSquares),
+            accelerationCount: try c.decode(Double.self, forKey: .accelerationCount))
+    }
 }
 
 struct HistoryRecord: Sendable, Codable {

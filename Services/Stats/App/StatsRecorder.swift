@@ -132,7 +132,7 @@ final class StatsRecorder: Service, Sendable {
             if case .fix(let decoded)? = payload { fix = decoded }
             let derived: [DerivedEvent] = payload.map { payload in
                 derivations.withLock { derivations in
-                    roadLimits.install(into: &derivations.scorer.roadLimits)
+                    if roadLimits.differs(from: derivations.scorer.roadLimits) { derivations.scorer.roadLimits = roadLimits.current }
                     let (trips, scores) = derivations.handle(payload, arrivedAt: now)
                     return trips + scores
                 }
