@@ -4,8 +4,9 @@ import DrivebusRoadLimits
 import Foundation
 
 /// `drivebus-bench limits --ways N`: generates an `.osm.pbf` of a city grid with N road ways
-/// (8 nodes each, 50 m apart, mixed classes and `maxspeed` forms), plus half as many building
-/// ways and two unreferenced nodes per road node, as a real extract mixes them; then imports it
+/// (8 nodes each, 50 m apart with up to 4 m of seeded jitter, mixed classes and `maxspeed`
+/// forms), plus half as many building ways and two unreferenced nodes per road node, as a real
+/// extract mixes them; then imports it
 /// in this process as `drivebus limits import` does, and reports ways/s, peak RSS and the index's
 /// size against the roads' coordinates. Then a drive of `--lookups` noisy fixes along the grid is
 /// matched to its roads (`RoadMatcher`, in-core): fixes/s and the share given the right limit.
@@ -74,6 +75,19 @@ struct LimitsBench: AsyncParsableCommand {
     }
 }
 
+/// xorshift64: the same file on every run, without Foundation's generators.
+private struct SeededJitter {
+    var state: UInt64
+
+    /// A value in −limit…limit.
+    mutating func next(_ limit: Int32) -> Int32 {
+        state ^= state << 13
+        state ^= state >> 7
+        state ^= state << 17
+        return Int32(truncatingIfNeeded: state % UInt64(2 * limit + 1)) - limit
+    }
+}
+
 /// A square grid of streets, 50 m between nodes: each row and each column is cut into ways of 8
 /// nodes. Streets take their class and limit from their row or column, so a drive knows the
 /// limit it should get.
@@ -107,6 +121,9 @@ private struct Grid {
             lats.removeAll(keepingCapacity: true)
             lons.removeAll(keepingCapacity: true)
         }
+        // Seeded jitter of up to 4 m on every node, so that coordinate deltas vary as in a real
+        // extract and the file is as hard to inflate and decode as one.
+        var jitter = SeededJitter(state: 0x5EED)
         for row in 0..<side {
             for column in 0..<side {
                 let lat = Int32(((Self.origin.lat + Double(row) * dLat) * 1e7).rounded())
@@ -114,8 +131,8 @@ private struct Grid {
                 // The road node, then two building corners beside it that no road uses.
                 for k in 0..<3 {
                     ids.append(nodeID(row, column) + Int64(k))
-                    lats.append(lat + Int32(k * 60))
-                    lons.append(lon + Int32(k * 90))
+                    lats.append(lat + Int32(k * 60) + jitter.next(360))
+                    lons.append(lon + Int32(k * 90) + jitter.next(540))
                 }
                 if ids.count >= 8000 { try flushNodes() }
             }

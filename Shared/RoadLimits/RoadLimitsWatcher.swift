@@ -10,10 +10,18 @@ import Glibc
 /// cooperative pool), so `drivebus limits import` takes effect without a restart. A file that
 /// fails to open is reported and the index already loaded stays in use.
 public final class RoadLimitsWatcher: Sendable {
-    public enum Change: Sendable {
+    public enum Change: Sendable, CustomStringConvertible {
         case loaded(RoadLimitIndex.Summary)
         case removed
         case failed(RoadIndexError)
+
+        public var description: String {
+            switch self {
+            case .loaded(let s): "loaded \(s.source): \(s.ways) road pieces (\(s.taggedWays) with a maxspeed), \(s.bytes / 1024) KiB"
+            case .removed: "the index was removed; no road limits"
+            case .failed(let error): "not loaded, the previous index stays in use: \(error)"
+            }
+        }
     }
 
     private struct Seen: Equatable {
