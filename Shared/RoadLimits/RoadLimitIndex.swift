@@ -403,6 +403,21 @@ public final class RoadLimitIndex: @unchecked Sendable {
         return low
     }
 
+    /// Whether two roads meet: one's end is a point of the other (OSM roads share their junction
+    /// nodes, so a turn from one onto the other passes through such a point).
+    public func meet(_ a: Int, _ b: Int) -> Bool {
+        func ends(_ way: Int, touch other: Int) -> Bool {
+            let first = Int(wayStarts[way]), last = Int(wayStarts[way + 1]) - 1
+            for end in [first, last] {
+                for i in Int(wayStarts[other])..<Int(wayStarts[other + 1]) where points[2 * i] == points[2 * end] && points[2 * i + 1] == points[2 * end + 1] {
+                    return true
+                }
+            }
+            return false
+        }
+        return ends(a, touch: b) || ends(b, touch: a)
+    }
+
     /// The points of road `way`, ×1e7 (tests and drawings).
     public func points(ofWay way: Int) -> [(latE7: Int32, lonE7: Int32)] {
         (Int(wayStarts[way])..<Int(wayStarts[way + 1])).map { (points[2 * $0], points[2 * $0 + 1]) }

@@ -93,7 +93,10 @@ public struct RoadMatcher: Sendable, Codable, Equatable {
             } else {
                 challengerWins = challenger == best.way ? challengerWins + 1 : 1
                 challenger = best.way
-                if challengerWins < configuration.switchAfter { chosen = kept }
+                // A road that meets the drive's road is where a turn goes: one clear win moves
+                // the drive there. One that does not meet it must win fix after fix.
+                let needed = index.meet(current, best.way) ? 1 : configuration.switchAfter
+                if challengerWins < needed { chosen = kept }
             }
         }
         if chosen.way != current {
