@@ -13,12 +13,17 @@ import Testing
     /// Every target of the package, with the names of the targets and products it depends on.
     static func targets() async throws -> [String: Target] {
         let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
-        // A scratch path of its own: the test run holds the lock on the package's `.build`.
-        let scratch = NSTemporaryDirectory() + "drivebus-dump-\(getpid())"
+        // A scratch path of its own: the test run holds the lock on the package's `.build`. One
+        // per call: the suite's two tests run concurrently, and with one shared path a call that
+        // finished removed it under the other, whose JSON then ended early (seen twice on CI).
+        let scratch = NSTemporaryDirectory() + "drivebus-dump-" + UUID().uuidString
         defer { try? FileManager.default.removeItem(atPath: scratch) }
-        let result = try await run("/usr/bin/env", ["swift", "package", "--scratch-path", scratch, "dump-package"], cwd: root)
+        // Into a file: whole once the command has exited, whatever the pipes do.
+        let output = scratch + ".json"
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        let result = try await run("/bin/sh", ["-c", #"exec swift package --scratch-path "$1" dump-package > "$2""#, "sh", scratch, output], cwd: root)
         try #require(result.status == 0, "dump-package failed: \(result.stderr)")
-        let manifest = try #require(try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any])
+        let manifest = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: output))) as? [String: Any])
         let entries = try #require(manifest["targets"] as? [[String: Any]])
         var targets: [String: Target] = [:]
         for entry in entries {
