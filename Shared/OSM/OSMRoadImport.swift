@@ -165,10 +165,7 @@ public enum OSMRoadImport {
                 OSMImportError.corruptBlock(path: path, block: block.number, offset: block.offset, reason: reason)
             }
             if block.type == "OSMHeader" {
-                let header: Drivebus_Osmpbf_HeaderBlock
-                do { header = try Drivebus_Osmpbf_HeaderBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
-                    throw corrupt("header: \(error)")
-                }
+                let header = try PBFBlocks.decode(Drivebus_Osmpbf_HeaderBlock.self, block.data) { corrupt("header: \($0)") }
                 for feature in header.requiredFeatures where !readableFeatures.contains(feature) {
                     throw .unsupported(path: path, reason: "the file requires the feature \(feature)")
                 }
@@ -177,10 +174,7 @@ public enum OSMRoadImport {
             }
             guard block.type == "OSMData" else { continue }
             guard sawHeader else { throw corrupt("data before the file's header: not an OSM PBF file") }
-            let ways: Drivebus_Osmpbf_WayBlock
-            do { ways = try Drivebus_Osmpbf_WayBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
-                throw corrupt("\(error)")
-            }
+            let ways = try PBFBlocks.decode(Drivebus_Osmpbf_WayBlock.self, block.data, or: corrupt)
             let strings = ways.stringtable.s
             var wanted: [UInt32: String] = [:]
             for (i, string) in strings.enumerated() where string.count <= 17 {
@@ -212,9 +206,8 @@ public enum OSMRoadImport {
         while let block = try second.next() {
             progress(Progress(pass: 2, passes: 2, bytesRead: second.offset, bytesTotal: second.size))
             guard block.type == "OSMData" else { continue }
-            let nodes: Drivebus_Osmpbf_NodeBlock
-            do { nodes = try Drivebus_Osmpbf_NodeBlock(serializedBytes: block.data, partial: true, options: PBFBlocks.decoding) } catch {
-                throw .corruptBlock(path: path, block: block.number, offset: block.offset, reason: "\(error)")
+            let nodes = try PBFBlocks.decode(Drivebus_Osmpbf_NodeBlock.self, block.data) {
+                .corruptBlock(path: path, block: block.number, offset: block.offset, reason: $0)
             }
             let granularity = Int64(nodes.granularity), latOffset = nodes.latOffset, lonOffset = nodes.lonOffset
             // Nanodegrees to 1e-7 degrees.

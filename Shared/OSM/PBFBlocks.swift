@@ -59,6 +59,18 @@ struct PBFBlocks {
 
     func close() { _ = Glibc.close(fd) }
 
+    /// Decodes one message of the format, or throws `failure` with what swift-protobuf said.
+    /// `partial` for the block views, which lack the parts of a block a pass does not read.
+    static func decode<M: SwiftProtobuf.Message>(
+        _: M.Type, _ bytes: some ContiguousBytes, partial: Bool = true, or failure: (String) -> OSMImportError
+    ) throws(OSMImportError) -> M {
+        do {
+            return try M(serializedBytes: bytes, partial: partial, options: decoding)
+        } catch {
+            throw failure("\(error)")
+        }
+    }
+
     static let decoding: BinaryDecodingOptions = {
         var options = BinaryDecodingOptions()
         options.discardUnknownFields = true
@@ -77,21 +89,11 @@ struct PBFBlocks {
         let headerSize = sizeBytes.reduce(0) { $0 << 8 | Int($1) }
         guard headerSize > 0, headerSize <= Self.maxHeader else { throw corrupt("header size \(headerSize)") }
         guard let headerBytes = try read(headerSize) else { throw corrupt("the file ends inside the block header") }
-        let header: Drivebus_Osmpbf_BlobHeader
-        do {
-            header = try Drivebus_Osmpbf_BlobHeader(serializedBytes: headerBytes, options: Self.decoding)
-        } catch {
-            throw corrupt("block header: \(error)")
-        }
+        let header = try Self.decode(Drivebus_Osmpbf_BlobHeader.self, headerBytes, partial: false) { corrupt("block header: \($0)") }
         let blobSize = Int(header.datasize)
         guard blobSize > 0, blobSize <= Self.maxBlob else { throw corrupt("block size \(blobSize)") }
         guard let blobBytes = try read(blobSize) else { throw corrupt("the file ends inside the block") }
-        let blob: Drivebus_Osmpbf_Blob
-        do {
-            blob = try Drivebus_Osmpbf_Blob(serializedBytes: blobBytes, options: Self.decoding)
-        } catch {
-            throw corrupt("block: \(error)")
-        }
+        let blob = try Self.decode(Drivebus_Osmpbf_Blob.self, blobBytes, partial: false) { corrupt("block: \($0)") }
         let data: Data
         if blob.hasRaw {
             data = blob.raw

@@ -38,6 +38,30 @@ enum RoadIndexFormat {
 
     static func aligned(_ n: Int) -> Int { (n + 7) & ~7 }
 
+    /// The 128-byte header as read back: one reading for opening an index and for `status`.
+    struct Header {
+        var ways, points, cells, entries, taggedWays: Int
+        var checksum: UInt32
+        var source: String
+
+        /// The header, or the field that is wrong.
+        static func read(_ bytes: UnsafeRawBufferPointer) -> Result<Header, Failure> {
+            guard bytes.count >= headerSize, Array(bytes.prefix(4)) == magic else { return .failure(Failure(field: "magic")) }
+            func value<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T {
+                T(littleEndian: bytes.loadUnaligned(fromByteOffset: offset, as: T.self))
+            }
+            guard value(UInt32.self, at: 4) == version else { return .failure(Failure(field: "version")) }
+            let counts = (0..<5).map { Int(clamping: value(UInt64.self, at: 8 + 8 * $0)) }
+            guard counts.allSatisfy({ $0 < 1 << 40 }), counts[1] < maxPoints else { return .failure(Failure(field: "counts")) }
+            return .success(Header(
+                ways: counts[0], points: counts[1], cells: counts[2], entries: counts[3], taggedWays: counts[4],
+                checksum: value(UInt32.self, at: 48),
+                source: String(decoding: bytes[56..<(56 + sourceBytes)].prefix { $0 != 0 }, as: UTF8.self)))
+        }
+
+        struct Failure: Error { var field: String }
+    }
+
     /// Cell coordinates (fractional) at `cellZoom` of a position.
     @inline(__always)
     static func cell(latE7: Int32, lonE7: Int32) -> (x: Double, y: Double) {
@@ -234,6 +258,11 @@ public final class RoadLimitIndex: @unchecked Sendable {
         public var source: String
         /// CRC-32 of the index: tells one import from another.
         public var checksum: UInt32
+
+        init(_ header: RoadIndexFormat.Header, bytes: Int) {
+            (ways, taggedWays, points, self.bytes) = (header.ways, header.taggedWays, header.points, bytes)
+            (source, checksum) = (header.source, header.checksum)
+        }
     }
 
     public let summary: Summary
@@ -263,18 +292,12 @@ public final class RoadLimitIndex: @unchecked Sendable {
         }
         let base = UnsafeRawPointer(mapped)
         do throws(RoadIndexError) {
-            func read<T: FixedWidthInteger>(_: T.Type, at offset: Int) -> T {
-                T(littleEndian: base.loadUnaligned(fromByteOffset: offset, as: T.self))
+            let header: RoadIndexFormat.Header
+            switch RoadIndexFormat.Header.read(UnsafeRawBufferPointer(start: base, count: RoadIndexFormat.headerSize)) {
+            case .success(let read): header = read
+            case .failure(let failure): throw RoadIndexError.invalid(path: path, field: failure.field)
             }
-            guard Array(UnsafeRawBufferPointer(start: base, count: 4)) == RoadIndexFormat.magic else {
-                throw RoadIndexError.invalid(path: path, field: "magic")
-            }
-            guard read(UInt32.self, at: 4) == RoadIndexFormat.version else { throw RoadIndexError.invalid(path: path, field: "version") }
-            let counts = (0..<5).map { Int(clamping: read(UInt64.self, at: 8 + 8 * $0)) }
-            let (ways, pointCount, cells, entries, tagged) = (counts[0], counts[1], counts[2], counts[3], counts[4])
-            guard counts.allSatisfy({ $0 < 1 << 40 }), pointCount < RoadIndexFormat.maxPoints else {
-                throw RoadIndexError.invalid(path: path, field: "counts")
-            }
+            let (ways, pointCount, cells, entries) = (header.ways, header.points, header.cells, header.entries)
             var offset = RoadIndexFormat.headerSize
             func section<T>(_: T.Type, _ count: Int) throws(RoadIndexError) -> UnsafeBufferPointer<T> {
                 let bytes = count * MemoryLayout<T>.stride
@@ -291,7 +314,7 @@ public final class RoadLimitIndex: @unchecked Sendable {
             segments = try section(UInt32.self, entries)
             guard offset == length else { throw RoadIndexError.invalid(path: path, field: "length") }
             let crc = UInt32(crc32_z(0, (base + RoadIndexFormat.headerSize).assumingMemoryBound(to: Bytef.self), length - RoadIndexFormat.headerSize))
-            guard crc == read(UInt32.self, at: 48) else { throw RoadIndexError.invalid(path: path, field: "checksum") }
+            guard crc == header.checksum else { throw RoadIndexError.invalid(path: path, field: "checksum") }
             // Ordered tables keep every lookup inside them: a damaged file that passed the
             // checksum by chance still cannot send one out of bounds.
             guard wayStarts[0] == 0, Int(wayStarts[ways]) == pointCount else { throw RoadIndexError.invalid(path: path, field: "ways") }
@@ -303,10 +326,7 @@ public final class RoadLimitIndex: @unchecked Sendable {
                 throw RoadIndexError.invalid(path: path, field: "cells")
             }
             for s in segments where Int(s) + 1 >= pointCount { throw RoadIndexError.invalid(path: path, field: "segments") }
-            let sourceBytes = UnsafeRawBufferPointer(start: base + 56, count: RoadIndexFormat.sourceBytes)
-            summary = Summary(
-                ways: ways, taggedWays: tagged, points: pointCount, bytes: length,
-                source: String(decoding: sourceBytes.prefix { $0 != 0 }, as: UTF8.self), checksum: crc)
+            summary = Summary(header, bytes: length)
         } catch {
             munmap(mapped, length)
             throw error
@@ -323,17 +343,10 @@ public final class RoadLimitIndex: @unchecked Sendable {
     public static func header(path: String) -> Summary? {
         guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
         defer { try? handle.close() }
-        guard let bytes = try? handle.read(upToCount: RoadIndexFormat.headerSize), bytes.count == RoadIndexFormat.headerSize,
-              Array(bytes.prefix(4)) == RoadIndexFormat.magic
-        else { return nil }
-        let header = [UInt8](bytes)
-        func read(_ offset: Int, _ size: Int) -> UInt64 { (0..<size).reduce(0) { $0 | UInt64(header[offset + $1]) << (8 * $1) } }
-        guard read(4, 4) == UInt64(RoadIndexFormat.version) else { return nil }
+        guard let bytes = try? handle.read(upToCount: RoadIndexFormat.headerSize) else { return nil }
+        guard case .success(let header) = bytes.withUnsafeBytes({ RoadIndexFormat.Header.read($0) }) else { return nil }
         let fileSize = (try? FileManager.default.attributesOfItem(atPath: path)[.size] as? Int) ?? 0
-        return Summary(
-            ways: Int(clamping: read(8, 8)), taggedWays: Int(clamping: read(40, 8)), points: Int(clamping: read(16, 8)), bytes: fileSize,
-            source: String(decoding: header[56..<(56 + RoadIndexFormat.sourceBytes)].prefix { $0 != 0 }, as: UTF8.self),
-            checksum: UInt32(read(48, 4)))
+        return Summary(header, bytes: fileSize)
     }
 
     public func way(_ index: Int) -> RoadWay { RoadWay(packed: wayRecords[index])! }

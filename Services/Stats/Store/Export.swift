@@ -301,7 +301,7 @@ enum ExportQueries {
             }
             out.append("]},\"properties\":")
             var writer = JSONWriter()
-            stretch.writeProperties(to: &writer, tripID: trip.tripID)
+            stretch.write(to: &writer, tripID: trip.tripID)
             out.append(bytes: writer.bytes)
             out.byte("}")
         }
@@ -357,7 +357,9 @@ struct SpeedingStretch: Sendable, Equatable {
         return stretches
     }
 
-    func writeProperties(to writer: inout JSONWriter, tripID: String? = nil) {
+    /// The GeoJSON feature's properties, or with `track` (`[[lat, lon], …]`) the trip detail's
+    /// object: one shape for both.
+    func write(to writer: inout JSONWriter, tripID: String? = nil, track withTrack: Bool = false) {
         writer.beginObject()
         writer.key("duration_s"); writer.optional(durationS)
         writer.key("kind"); writer.string("speeding")
@@ -365,6 +367,10 @@ struct SpeedingStretch: Sendable, Equatable {
         writer.key("limit_source"); writer.optional(limitSource)
         writer.key("over_kmh"); writer.optional(overKmh)
         writer.key("start_time"); writer.string(startTime)
+        if withTrack {
+            writer.key("track")
+            TripSummary.write(track, to: &writer)
+        }
         if let tripID { writer.key("trip_id"); writer.string(tripID) }
         writer.endObject()
     }

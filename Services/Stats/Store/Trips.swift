@@ -82,44 +82,31 @@ public struct TripSummary: Sendable, Equatable {
             writer.value(.null)
         }
         if let speeding {
-            // `[{"start_time", "duration_s", "limit_kmh", "limit_source", "over_kmh", "track": [[lat, lon], …]}]`
             writer.key("speeding")
             writer.beginArray()
-            for stretch in speeding {
-                writer.beginObject()
-                writer.key("duration_s"); writer.optional(stretch.durationS)
-                writer.key("limit_kmh"); writer.optional(stretch.limitKmh)
-                writer.key("limit_source"); writer.optional(stretch.limitSource)
-                writer.key("over_kmh"); writer.optional(stretch.overKmh)
-                writer.key("start_time"); writer.string(stretch.startTime)
-                writer.key("track")
-                writer.beginArray()
-                for point in stretch.track {
-                    writer.beginArray()
-                    writer.number(point.lat)
-                    writer.number(point.lon)
-                    writer.endArray()
-                }
-                writer.endArray()
-                writer.endObject()
-            }
+            for stretch in speeding { stretch.write(to: &writer, track: true) }
             writer.endArray()
         }
         writer.key("start"); Self.write(startPoint, to: &writer)
         writer.key("start_time"); writer.date(start)
         if let track {
             writer.key("track")
-            writer.beginArray()
-            for point in track {
-                writer.beginArray()
-                writer.number(point.lat)
-                writer.number(point.lon)
-                writer.endArray()
-            }
-            writer.endArray()
+            Self.write(track, to: &writer)
         }
         writer.key("trip_id"); writer.string(tripID)
         writer.endObject()
+    }
+
+    /// `[[lat, lon], …]`.
+    static func write(_ track: [Coordinate], to writer: inout JSONWriter) {
+        writer.beginArray()
+        for point in track {
+            writer.beginArray()
+            writer.number(point.lat)
+            writer.number(point.lon)
+            writer.endArray()
+        }
+        writer.endArray()
     }
 
     private static func write(_ point: Coordinate?, to writer: inout JSONWriter) {
