@@ -148,6 +148,9 @@ final class BenchSystem {
         })
     }
 
+    /// The processes' executable names and ids.
+    var processIDs: [(name: String, id: Int32)] { processes.map { ($0.executableURL!.lastPathComponent, $0.processIdentifier) } }
+
     /// CPU seconds (user + system) each process has used so far, by executable name.
     func cpuSeconds() -> [String: Double] {
         Dictionary(uniqueKeysWithValues: processes.map { ($0.executableURL!.lastPathComponent, cpuSecondsOf($0.processIdentifier)) })

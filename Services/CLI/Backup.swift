@@ -20,7 +20,8 @@ enum StateCopy {
         case reader
         /// `<service>.events`: written by consumers, read by stats.
         case eventJournal
-        /// `journal.log`: read by every consumer.
+        /// `journal/`, ingest's segments: read by every consumer (or `journal.log`, a journal from
+        /// before segments that ingest has not started on since).
         case ingestJournal
 
         static func < (a: Kind, b: Kind) -> Bool { a.rawValue < b.rawValue }
@@ -37,7 +38,7 @@ enum StateCopy {
     static func plan(_ names: [String]) -> [File] {
         names.compactMap { name -> File? in
             if ["-wal", "-shm", "-journal"].contains(where: { name.hasSuffix(".sqlite" + $0) }) { return nil }
-            if name == "journal.log" { return File(name: name, kind: .ingestJournal, isDatabase: false) }
+            if name == "journal" || name == "journal.log" { return File(name: name, kind: .ingestJournal, isDatabase: false) }
             if name.hasSuffix(".events") { return File(name: name, kind: .eventJournal, isDatabase: false) }
             if name.hasSuffix(".checkpoint.json") { return File(name: name, kind: .checkpoint, isDatabase: false) }
             return File(name: name, kind: .reader, isDatabase: name.hasSuffix(".sqlite"))
@@ -74,9 +75,11 @@ struct Backup: ParsableCommand {
         for file in StateCopy.plan(names) {
             let from = source + "/" + file.name, to = target + "/" + file.name
             var isDirectory: ObjCBool = false
-            guard manager.fileExists(atPath: from, isDirectory: &isDirectory), !isDirectory.boolValue else { continue }
+            guard manager.fileExists(atPath: from, isDirectory: &isDirectory), !isDirectory.boolValue || file.name == "journal" else { continue }
             var entry: [String: Any] = ["name": file.name]
-            if file.isDatabase {
+            if file.name == "journal" {
+                try copySegments(from: from, to: to)
+            } else if file.isDatabase {
                 // A snapshot in one read transaction: the writer carries on meanwhile.
                 var readOnly = Configuration()
                 readOnly.readonly = true
@@ -88,17 +91,19 @@ struct Backup: ParsableCommand {
             }
             // A journal copied while it grew may end in half a record: cut it as a restart would.
             switch file.kind {
-            case .ingestJournal:
+            case .ingestJournal where file.name == "journal":
                 let journal = try Journal(path: to) { _, _ in }
                 entry["last_seq"] = journal.lastSeq
                 journal.shutdown()
+            case .ingestJournal:
+                break
             case .eventJournal:
                 entry["last_seq"] = try EventJournal(path: to).lastSeq
             case .checkpoint, .reader:
                 break
             }
-            chmod(to, 0o600)
-            let bytes = (try? manager.attributesOfItem(atPath: to)[.size] as? Int) ?? 0
+            chmod(to, file.name == "journal" ? 0o700 : 0o600)
+            let bytes = try byteCount(to)
             entry["bytes"] = bytes
             manifest.append(entry)
             lines.append("  \(file.name): \(bytes) bytes" + ((entry["last_seq"] as? UInt64).map { ", up to seq \($0)" } ?? ""))
@@ -143,8 +148,15 @@ struct Restore: ParsableCommand {
         try config.layout.prepare()
         let names = try manager.contentsOfDirectory(atPath: directory + "/data").sorted()
         for name in names {
-            try copyBytes(from: directory + "/data/" + name, to: target + "/" + name)
-            chmod(target + "/" + name, 0o600)
+            let from = directory + "/data/" + name, to = target + "/" + name
+            var isDirectory: ObjCBool = false
+            if manager.fileExists(atPath: from, isDirectory: &isDirectory), isDirectory.boolValue {
+                try manager.createDirectory(atPath: to, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+                for inner in try manager.contentsOfDirectory(atPath: from).sorted() { try copyBytes(from: from + "/" + inner, to: to + "/" + inner) }
+            } else {
+                try copyBytes(from: from, to: to)
+                chmod(to, 0o600)
+            }
         }
         print("drivebus restore: \(names.count) files into \(target), from the backup of \(manifest["created"] as? String ?? "?")")
         if manager.fileExists(atPath: directory + "/drivebus.yaml") {
@@ -162,6 +174,31 @@ private func refusal(_ command: String, _ message: String) -> ExitCode {
 
 struct CopyFailure: Error, CustomStringConvertible {
     var description: String
+}
+
+/// Copies the journal's segments as they are now: sealed ones (with their index files, never
+/// written again) in seq order, then the active one, which may end in half a record (the copy
+/// is opened afterwards, which cuts it). Segments begun after the listing are not copied: the
+/// copy is a prefix of the journal.
+private func copySegments(from: String, to: String) throws {
+    let manager = FileManager.default
+    try manager.createDirectory(atPath: to, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+    let names = Set(try manager.contentsOfDirectory(atPath: from))
+    let segments = names.filter { $0.hasSuffix(".seg") && UInt64($0.dropLast(4)) != nil }.sorted { UInt64($0.dropLast(4))! < UInt64($1.dropLast(4))! }
+    for segment in segments {
+        let index = String(segment.dropLast(4)) + ".idx"
+        if names.contains(index) { try copyBytes(from: from + "/" + index, to: to + "/" + index) }
+        try copyBytes(from: from + "/" + segment, to: to + "/" + segment)
+    }
+}
+
+/// The bytes of a file, or of the files of a directory.
+private func byteCount(_ path: String) throws -> Int {
+    let manager = FileManager.default
+    var isDirectory: ObjCBool = false
+    guard manager.fileExists(atPath: path, isDirectory: &isDirectory) else { return 0 }
+    guard isDirectory.boolValue else { return (try manager.attributesOfItem(atPath: path)[.size] as? Int) ?? 0 }
+    return try manager.contentsOfDirectory(atPath: path).reduce(0) { $0 + ((try manager.attributesOfItem(atPath: path + "/" + $1)[.size] as? Int) ?? 0) }
 }
 
 /// Copies a file as it is now, in pieces, without holding it whole.

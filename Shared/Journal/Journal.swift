@@ -4,19 +4,28 @@ import Foundation
 import Glibc
 import Synchronization
 
-/// The ingest journal: the source of truth. An append-only file of records, each
-/// `[u32 length][u32 crc32][topic "\n" payload JSON]`, little-endian.
+/// The ingest journal: the source of truth. A directory of segments, `<first seq>.seg`, each an
+/// append-only file of records `[u32 length][u32 crc32][topic "\n" payload JSON]`, little-endian.
 ///
-/// One writer thread owns the file. Callers hand it batches and wait; it takes everything that is
-/// waiting, writes it with one `write` and one `fdatasync` (group commit), and only then answers
-/// them and publishes the records, in `seq` order. A torn record at the tail (a crash mid-write)
-/// is cut off when the journal is opened; everything before it was acknowledged and stays.
+/// One writer thread owns the newest (active) segment. Callers hand it batches and wait; it takes
+/// everything that is waiting, writes it with one `write` and one `fdatasync` (group commit), and
+/// only then answers them and publishes the records, in `seq` order. A torn record at the tail
+/// (a crash mid-write) is cut off when the journal is opened; everything before it was
+/// acknowledged and stays.
+///
+/// When the active segment passes `Options.segmentBytes` it is sealed: its index file
+/// (`SegmentIndex`: record offsets, sorted dedup digests, records by device and time) is written
+/// beside it and a new segment begins. Start-up reads only the indexes' headers and fences and
+/// the active segment, so its time and memory follow one segment, not the years before it.
 public final class Journal: Sendable {
     public struct Options: Sendable {
         /// Records waiting for the disk beyond which new batches are refused (503) so clients retry.
         public var maxPendingRecords = 200_000
-        /// How much of the journal is read at a time at start.
+        /// How much of the active segment is read at a time at start.
         public var scanChunkBytes = 8 << 20
+        /// The size past which the active segment is sealed and a new one begun: start-up reads
+        /// at most about this much, and holds the dedup keys of this much in memory.
+        public var segmentBytes: Int64 = 32 << 20
         public init() {}
     }
 
@@ -64,6 +73,8 @@ public final class Journal: Sendable {
 
     private struct Pending {
         let records: [PreparedRecord]
+        /// Seal the active segment after this batch, however small it is (before records are removed).
+        var sealAfter = false
         let reply: @Sendable (Result<[Outcome], Failure>) -> Void
     }
 
@@ -101,59 +112,166 @@ public final class Journal: Sendable {
         var closed = false
     }
 
-    /// State the writer thread changes and replay reads.
-    private struct Index {
-        var offsets: [Int64] = []  // offsets[seq - 1] is where record `seq` starts
-        var end: Int64 = 0
-        var lastSeq: UInt64 { UInt64(offsets.count) }
+    /// A sealed segment, as much of it as stays in memory.
+    struct Sealed: Sendable {
+        let path: String
+        let index: SegmentIndex
+        var firstSeq: UInt64 { index.header.firstSeq }
+        var endSeq: UInt64 { firstSeq + UInt64(index.header.count) }
     }
 
+    /// The segment being written.
+    struct Active: Sendable {
+        var path: String
+        var firstSeq: UInt64
+        var offsets: [Int64] = []  // offsets[seq - firstSeq] is where record `seq` starts
+        var end: Int64 = 0
+        var entries: [SegmentIndex.DeviceEntry] = []  // its keyed records, for replay by device
+        var endSeq: UInt64 { firstSeq + UInt64(offsets.count) }
+    }
+
+    /// State the writer thread changes and replay reads.
+    struct Segments {
+        var sealed: [Sealed] {
+            didSet { keyTimes = Self.keyTimes(of: sealed) }
+        }
+        var active: Active
+        /// Each sealed segment's range of record times (empty when it has no keyed record), and
+        /// the latest of them: dedup looks at these for every record, so they are kept apart
+        /// from the segments (which hold strings and arrays).
+        private(set) var keyTimes: (ranges: [(low: Int64, high: Int64)], latest: Int64)
+
+        init(sealed: [Sealed], active: Active) {
+            self.sealed = sealed
+            self.active = active
+            keyTimes = Self.keyTimes(of: sealed)
+        }
+
+        private static func keyTimes(of sealed: [Sealed]) -> (ranges: [(low: Int64, high: Int64)], latest: Int64) {
+            let ranges = sealed.map { $0.index.header.keyCount > 0 ? ($0.index.header.minMilliseconds, $0.index.header.maxMilliseconds) : (Int64.max, Int64.min) }
+            return (ranges, ranges.map(\.1).max() ?? .min)
+        }
+
+        /// How many times a sealed segment was rewritten: open index files are then stale.
+        var rewrites = 0
+        var lastSeq: UInt64 { active.endSeq - 1 }
+    }
+
+    /// State only the writer thread touches after `init`.
+    private final class WriterState: @unchecked Sendable {
+        var fd: Int32
+        /// The dedup keys of the active segment; sealed segments' are on disk.
+        var keys: Set<DedupKey>
+        /// Open index files of sealed segments, for dedup lookups, as of `Segments.rewrites`.
+        var indexFiles: [String: Int32] = [:]
+        var indexFilesAsOf = 0
+
+        init(fd: Int32, keys: Set<DedupKey>) {
+            self.fd = fd
+            self.keys = keys
+        }
+
+        deinit {
+            close(fd)
+            indexFiles.values.forEach { close($0) }
+        }
+    }
+
+    /// The journal's directory.
     public let path: String
-    private let options: Options
-    private let fd: Int32
+    let options: Options
     private let queue = Mutex(Queue())
     /// Signalled whenever a batch is queued or the journal closes.
     private let wake = DispatchSemaphore(value: 0)
-    private let index: Mutex<Index>
-    // Only the writer thread touches the dedup keys after `init`.
-    private nonisolated(unsafe) var keys: Set<DedupKey>
+    let segments: Mutex<Segments>
+    private let writer: WriterState
     private let publish: Publish
     private let stopped = DispatchSemaphore(value: 0)
 
-    /// Opens (or creates) the journal at `path`, reads it to rebuild the index and the dedup keys,
-    /// and cuts off a torn tail.
+    /// Opens (or creates) the journal in the directory `path`: reads the sealed segments'
+    /// indexes (rebuilding any that is missing or damaged) and the active segment, and cuts off
+    /// a torn tail.
     public init(path: String, options: Options = Options(), publish: @escaping Publish) throws(Failure) {
         self.path = path
         self.options = options
         self.publish = publish
-        let fd = open(path, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .io("cannot open \(path): \(String(cString: strerror(errno)))") }
-        self.fd = fd
-        var index = Index()
+        if mkdir(path, 0o700) != 0 && errno != EEXIST { throw .io("cannot create \(path): \(String(cString: strerror(errno)))") }
+        Self.removeLeftovers(in: path)
+        var names = try Self.segmentNames(in: path)
+        if names.isEmpty { names = [Self.segmentName(firstSeq: 1)] }
+
+        var sealed: [Sealed] = []
+        var expected: UInt64 = 1
+        for (position, name) in names.enumerated() {
+            let segmentPath = path + "/" + name
+            let isLast = position == names.count - 1
+            if isLast, !FileManager.default.fileExists(atPath: Self.indexPath(of: segmentPath)) { break }
+            let index = try Self.openIndex(of: segmentPath, allowTornTail: isLast)
+            guard index.header.firstSeq == expected else {
+                throw .corrupt("\(segmentPath) starts at seq \(index.header.firstSeq), but the segments before it end at \(expected - 1)")
+            }
+            sealed.append(Sealed(path: segmentPath, index: index))
+            expected += UInt64(index.header.count)
+        }
+        // The active segment: the last one, unless it was sealed just before a crash.
+        let activePath = sealed.count == names.count ? path + "/" + Self.segmentName(firstSeq: expected) : path + "/" + names.last!
+        let fd = open(activePath, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("cannot open \(activePath): \(String(cString: strerror(errno)))") }
+        syncDirectory(of: activePath)
+        var active = Active(path: activePath, firstSeq: expected)
         var keys = Set<DedupKey>()
         do {
-            try Self.scan(fd: fd, chunkBytes: options.scanChunkBytes) { offset, entry in
-                index.offsets.append(offset)
-                if let key = DedupKey(topic: entry.topic, payload: entry.payload) { keys.insert(key) }
-            } end: { index.end = $0 }
+            try RecordFormat.scan(fd: fd, chunkBytes: options.scanChunkBytes) { offset, entry in
+                if let (key, entry) = Self.indexing(topic: entry.topic, payload: entry.payload, record: active.offsets.count) {
+                    keys.insert(key)
+                    if let entry { active.entries.append(entry) }
+                }
+                active.offsets.append(offset)
+            } end: { active.end = $0 }
         } catch {
             close(fd)
             throw error
         }
-        if ftruncate(fd, off_t(index.end)) != 0 || fsync(fd) != 0 {
+        if ftruncate(fd, off_t(active.end)) != 0 || fsync(fd) != 0 {
             close(fd)
-            throw .io("cannot truncate the torn tail of \(path): \(String(cString: strerror(errno)))")
+            throw .io("cannot truncate the torn tail of \(activePath): \(String(cString: strerror(errno)))")
         }
-        self.index = Mutex(index)
-        self.keys = keys
+        self.segments = Mutex(Segments(sealed: sealed, active: active))
+        self.writer = WriterState(fd: fd, keys: keys)
+        // A journal of one file from before segments, or a bigger segment size before: seal now.
+        sealIfFull()
         let thread = Thread { [self] in writerLoop() }
         thread.name = "journal-writer"
         thread.start()
     }
 
-    deinit { close(fd) }
+    /// Moves a journal of one file (before segments: `journal.log`) into the directory as its
+    /// first segment. Nothing is rewritten; the first start seals it.
+    public static func adopt(singleFile: String, into directory: String) throws(Failure) {
+        guard FileManager.default.fileExists(atPath: singleFile) else { return }
+        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw .io("cannot create \(directory): \(String(cString: strerror(errno)))") }
+        guard try segmentNames(in: directory).isEmpty else {
+            throw .corrupt("both \(singleFile) and segments in \(directory): move one of them away")
+        }
+        guard rename(singleFile, directory + "/" + segmentName(firstSeq: 1)) == 0 else {
+            throw .io("cannot move \(singleFile) into \(directory): \(String(cString: strerror(errno)))")
+        }
+        syncDirectory(of: directory + "/")
+        syncDirectory(of: singleFile)
+    }
 
-    public var lastSeq: UInt64 { index.withLock { $0.lastSeq } }
+    public var lastSeq: UInt64 { segments.withLock { $0.lastSeq } }
+
+    /// How the journal is laid out now, for status and benchmarks.
+    public struct Layout: Sendable, Equatable {
+        public var sealedSegments: Int
+        public var activeRecords: Int
+        public var activeBytes: Int64
+    }
+
+    public var layout: Layout {
+        segments.withLock { Layout(sealedSegments: $0.sealed.count, activeRecords: $0.active.offsets.count, activeBytes: $0.active.end) }
+    }
 
     /// Journals `records` and returns once they are on disk. Each fix or motion sample already in
     /// the journal comes back as `.duplicate` and is neither written nor published again.
@@ -196,27 +314,78 @@ public final class Journal: Sendable {
         return try result.get()
     }
 
-    /// Up to `limit` entries from `fromSeq` on, in order.
+    /// Seals the active segment now, if it holds any record: after everything appended before.
+    func sealActive() async throws(Failure) {
+        let result: Result<[Outcome], Failure> = await withCheckedContinuation { continuation in
+            let refused = queue.withLock { queue -> Failure? in
+                if queue.closed { return .closed }
+                queue.batches.append(Pending(records: [], sealAfter: true, reply: { continuation.resume(returning: $0) }))
+                return nil
+            }
+            if let refused { continuation.resume(returning: .failure(refused)) } else { wake.signal() }
+        }
+        _ = try result.get()
+    }
+
+    /// Up to `limit` entries from `fromSeq` on, in order, across segments.
     public func replay(fromSeq: UInt64, limit: Int) throws(Failure) -> [Entry] {
-        let (start, stop, end) = index.withLock { index -> (Int64, Int, Int64)? in
-            guard fromSeq >= 1, fromSeq <= index.lastSeq else { return nil }
-            let first = Int(fromSeq - 1)
-            let last = min(index.offsets.count, first + limit)
-            let stopOffset = last < index.offsets.count ? index.offsets[last] : index.end
-            return (index.offsets[first], last - first, stopOffset)
-        } ?? (0, 0, 0)
-        guard stop > 0 else { return [] }
-        var buffer = [UInt8](repeating: 0, count: Int(end - start))
-        let read = buffer.withUnsafeMutableBytes { pread(fd, $0.baseAddress, $0.count, off_t(start)) }
-        guard read == buffer.count else { throw .io("short read from \(path)") }
         var entries: [Entry] = []
-        entries.reserveCapacity(stop)
-        var seq = fromSeq
-        try Self.parse(buffer[...], baseOffset: start, atEnd: true) { _, entry in
-            entries.append(Entry(seq: seq, topic: entry.topic, payload: entry.payload))
-            seq += 1
+        var next = max(fromSeq, 1)
+        while entries.count < limit {
+            let count = limit - entries.count
+            let located = try segments.withLock { segments throws(Failure) -> (OpenSegment, [Int64]?, UInt64)? in
+                guard let (segment, offsets) = try Self.locate(next, count: count, in: segments) else { return nil }
+                return (segment, offsets, segments.lastSeq)
+            }
+            guard let (segment, known, lastSeq) = located else { break }
+            let offsets: [Int64]
+            if let known { offsets = known } else { offsets = try segment.index!.offsets(first: Int(next - segment.firstSeq), count: count, fd: segment.indexFD) }
+            let bytes = try SegmentIndex.read(segment.segmentFD, at: Int(offsets.first!), count: Int(offsets.last! - offsets.first!), path: segment.path)
+            var seq = next
+            try RecordFormat.parse(bytes[...], baseOffset: offsets.first!, atEnd: true) { _, entry in
+                entries.append(Entry(seq: seq, topic: entry.topic, payload: entry.payload))
+                seq += 1
+            }
+            guard seq > next, seq <= lastSeq else { break }
+            next = seq
         }
         return entries
+    }
+
+    /// The fixes, motion samples, transitions and stays of one device whose times fall in
+    /// `from ... to`, in seq order: sealed segments are searched by their index by device and
+    /// time, without reading other records.
+    public func replay(device: String, from: Date, to: Date) throws(Failure) -> [Entry] {
+        let hash = DedupKey.deviceHash(device)
+        let (low, high) = (DedupKey.milliseconds(from), DedupKey.milliseconds(to))
+        let (sealed, active) = try segments.withLock { segments throws(Failure) -> ([OpenSegment], (OpenSegment, Active)) in
+            let sealed = try segments.sealed.filter { $0.index.header.overlaps(low, high) }.map { segment throws(Failure) in try OpenSegment(segment) }
+            return (sealed, (try OpenSegment(segments.active), segments.active))
+        }
+        // The segments side by side, on every core: a day is usually a few of them.
+        let found = Mutex([Int: Result<[Entry], Failure>]())
+        DispatchQueue.concurrentPerform(iterations: sealed.count) { position in
+            let segment = sealed[position]
+            let result = Result { () throws(Failure) -> [Entry] in
+                let records = try segment.index!.records(deviceHash: hash, from: low, to: high, fd: segment.indexFD)
+                guard let first = records.first, let last = records.last else { return [] }
+                let offsets = try segment.index!.offsets(first: first, count: last - first + 1, fd: segment.indexFD)
+                var entries: [Entry] = []
+                try Self.collect(records, first: first, offsets: offsets, from: segment, into: &entries)
+                return entries
+            }
+            found.withLock { $0[position] = result }
+        }
+        var entries: [Entry] = []
+        for position in sealed.indices { entries += try found.withLock { $0[position]! }.get() }
+        let records = active.1.entries.filter { $0.deviceHash == hash && low <= $0.milliseconds && $0.milliseconds <= high }.map { Int($0.record) }.sorted()
+        if let first = records.first, let last = records.last {
+            let offsets = Array(active.1.offsets[first...last]) + [last + 1 < active.1.offsets.count ? active.1.offsets[last + 1] : active.1.end]
+            try Self.collect(records, first: first, offsets: offsets, from: active.0, into: &entries)
+        }
+        // The hash picks the device; the topic makes sure.
+        let suffix = Array(("." + device).utf8)
+        return entries.filter { $0.topic.utf8.count > suffix.count && $0.topic.utf8.suffix(suffix.count).elementsEqual(suffix) }
     }
 
     /// Stops the writer after it has committed everything already handed to it.
@@ -224,6 +393,89 @@ public final class Journal: Sendable {
         queue.withLock { $0.closed = true }
         wake.signal()
         stopped.wait()
+    }
+
+    // MARK: Reading segments
+
+    /// A segment's files, opened while the segment list is locked: a sealed segment rewritten
+    /// meanwhile (records removed) has its files replaced by rename, and these still read the
+    /// ones that match the index in hand.
+    final class OpenSegment: Sendable {
+        let path: String
+        let firstSeq: UInt64
+        let segmentFD: Int32
+        /// The index, and its file; nil and -1 for the active segment.
+        let index: SegmentIndex?
+        let indexFD: Int32
+
+        init(_ sealed: Sealed) throws(Failure) {
+            (path, firstSeq, index) = (sealed.path, sealed.firstSeq, sealed.index)
+            segmentFD = try Self.open(sealed.path)
+            do { indexFD = try Self.open(sealed.index.path) } catch {
+                Glibc.close(segmentFD)
+                throw error
+            }
+        }
+
+        init(_ active: Active) throws(Failure) {
+            (path, firstSeq, index, indexFD) = (active.path, active.firstSeq, nil, -1)
+            segmentFD = try Self.open(active.path)
+        }
+
+        deinit {
+            Glibc.close(segmentFD)
+            if indexFD >= 0 { Glibc.close(indexFD) }
+        }
+
+        private static func open(_ path: String) throws(Failure) -> Int32 {
+            let fd = Glibc.open(path, O_RDONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw .io("cannot open \(path): \(String(cString: strerror(errno)))") }
+            return fd
+        }
+    }
+
+    /// The segment that holds `seq`, opened, with the offsets of up to `count` records from it
+    /// when they are in memory (the active segment's); nil past the end.
+    private static func locate(_ seq: UInt64, count: Int, in segments: Segments) throws(Failure) -> (OpenSegment, [Int64]?)? {
+        let active = segments.active
+        if seq >= active.firstSeq {
+            guard seq < active.endSeq else { return nil }
+            let first = Int(seq - active.firstSeq)
+            let last = min(active.offsets.count, first + count)
+            return (try OpenSegment(active), Array(active.offsets[first..<last]) + [last < active.offsets.count ? active.offsets[last] : active.end])
+        }
+        var low = 0, high = segments.sealed.count
+        while low < high {
+            let middle = (low + high) / 2
+            if segments.sealed[middle].endSeq <= seq { low = middle + 1 } else { high = middle }
+        }
+        guard low < segments.sealed.count, seq >= segments.sealed[low].firstSeq else { return nil }
+        return (try OpenSegment(segments.sealed[low]), nil)
+    }
+
+    /// Reads records `records` (sorted numbers in one segment), given the offsets of
+    /// `first ... last + 1`, from the segment mapped into memory: only the wanted records are
+    /// touched, however many other devices' records lie between them.
+    private static func collect(_ records: [Int], first: Int, offsets: [Int64], from segment: OpenSegment, into entries: inout [Entry]) throws(Failure) {
+        // Only up to the end of the last wanted record: all of it was written and synced before
+        // its offset was published.
+        // From the page of the first wanted record, populated at once: nearly every page in
+        // between holds one of them, and one call maps them faster than a fault each.
+        let mapStart = Int(offsets[records[0] - first]) / Int(sysconf(Int32(_SC_PAGESIZE))) * Int(sysconf(Int32(_SC_PAGESIZE)))
+        let length = Int(offsets.last!) - mapStart
+        guard let base = mmap(nil, length, PROT_READ, MAP_SHARED | MAP_POPULATE, segment.segmentFD, off_t(mapStart)), base != MAP_FAILED else {
+            throw .io("cannot map \(segment.path): \(String(cString: strerror(errno)))")
+        }
+        defer { munmap(base, length) }
+        let bytes = UnsafeRawBufferPointer(start: base, count: length)
+        entries.reserveCapacity(entries.count + records.count)
+        for record in records {
+            let start = Int(offsets[record - first]) - mapStart, end = Int(offsets[record - first + 1]) - mapStart
+            guard let found = RecordFormat.record(UnsafeRawBufferPointer(rebasing: bytes[start..<end])) else {
+                throw .corrupt("\(segment.path): the record at byte \(start + mapStart) fails its checksum")
+            }
+            entries.append(Entry(seq: segment.firstSeq + UInt64(record), topic: found.topic, payload: found.payload))
+        }
     }
 
     // MARK: The writer thread
@@ -246,13 +498,21 @@ public final class Journal: Sendable {
     }
 
     private func commit(_ batches: [Pending]) {
-        // Only the two numbers: a copy of the index would keep its offsets alive, and the
-        // append below would then copy them all.
-        let before = index.withLock { (lastSeq: $0.lastSeq, end: $0.end) }
+        // Only the numbers and the sealed list: a copy of the active offsets would keep them
+        // alive, and the append below would then copy them all.
+        let (before, sealed, keyTimes, rewrites) = segments.withLock {
+            ((lastSeq: $0.lastSeq, end: $0.active.end, records: $0.active.offsets.count), $0.sealed, $0.keyTimes, $0.rewrites)
+        }
+        if writer.indexFilesAsOf != rewrites {
+            writer.indexFiles.values.forEach { close($0) }
+            writer.indexFiles = [:]
+            writer.indexFilesAsOf = rewrites
+        }
         var next = before.lastSeq + 1
         var offset = before.end
         var bytes: [UInt8] = []
         var newOffsets: [Int64] = []
+        var newEntries: [SegmentIndex.DeviceEntry] = []
         var newKeys: [DedupKey] = []
         var written: [(Entry, JournalRecord)] = []
         var outcomes: [[Outcome]] = []
@@ -264,15 +524,16 @@ public final class Journal: Sendable {
                 // Inserted at once, so a duplicate within this group is caught too; taken back
                 // below if the write fails.
                 if let key = prepared.key {
-                    guard keys.insert(key).inserted else {
+                    guard !isSealed(key, in: sealed, keyTimes: keyTimes), writer.keys.insert(key).inserted else {
                         batchOutcomes.append(.duplicate)
                         continue
                     }
                     newKeys.append(key)
+                    newEntries.append(.init(deviceHash: key.deviceHash, milliseconds: key.milliseconds, record: UInt32(before.records + newOffsets.count)))
                 }
                 let entry = Entry(seq: next, topic: prepared.topic, payload: prepared.payload(seq: next))
                 newOffsets.append(offset)
-                offset += Int64(Self.append(entry, to: &bytes))
+                offset += Int64(RecordFormat.append(entry, to: &bytes))
                 written.append((entry, prepared.record))
                 batchOutcomes.append(.journaled(seq: next))
                 next += 1
@@ -282,38 +543,165 @@ public final class Journal: Sendable {
 
         if !bytes.isEmpty, let failure = writeAndSync(bytes) {
             // Nothing of this group was acknowledged: cut the file back and refuse it all.
-            _ = ftruncate(fd, off_t(before.end))
-            for key in newKeys { keys.remove(key) }
+            _ = ftruncate(writer.fd, off_t(before.end))
+            for key in newKeys { writer.keys.remove(key) }
             for batch in batches { batch.reply(.failure(failure)) }
             return
         }
-        index.withLock { index in
-            index.offsets.append(contentsOf: newOffsets)
-            index.end = offset
+        segments.withLock { segments in
+            segments.active.offsets.append(contentsOf: newOffsets)
+            segments.active.entries.append(contentsOf: newEntries)
+            segments.active.end = offset
         }
         for (entry, record) in written { publish(entry, record) }
+        // Before the answers, so that what a caller sees next is the journal after the seal.
+        sealIfFull(force: batches.contains { $0.sealAfter })
         for (batch, batchOutcomes) in zip(batches, outcomes) { batch.reply(.success(batchOutcomes)) }
+    }
+
+    /// Whether a sealed segment already holds the key: only segments whose records' times
+    /// cover the key's are read, so live fixes (newer than every sealed segment) read nothing.
+    /// A segment that cannot be read counts as not holding it: the record is kept, not lost.
+    private func isSealed(_ key: DedupKey, in sealed: [Sealed], keyTimes: (ranges: [(low: Int64, high: Int64)], latest: Int64)) -> Bool {
+        guard key.milliseconds <= keyTimes.latest else { return false }
+        for position in keyTimes.ranges.indices.reversed() where keyTimes.ranges[position].low <= key.milliseconds && key.milliseconds <= keyTimes.ranges[position].high {
+            let segment = sealed[position]
+            let indexPath = segment.index.path
+            var fd = writer.indexFiles[indexPath] ?? -1
+            if fd < 0 {
+                if writer.indexFiles.count >= 64 { writer.indexFiles.values.forEach { close($0) }; writer.indexFiles = [:] }
+                fd = open(indexPath, O_RDONLY | O_CLOEXEC)
+                guard fd >= 0 else { continue }
+                writer.indexFiles[indexPath] = fd
+            }
+            if (try? segment.index.contains(key.digest, fd: fd)) == true { return true }
+        }
+        return false
     }
 
     private func writeAndSync(_ bytes: [UInt8]) -> Failure? {
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + done, $0.count - done) }
+            let n = bytes.withUnsafeBytes { write(writer.fd, $0.baseAddress! + done, $0.count - done) }
             if n < 0 {
                 if errno == EINTR { continue }
                 return .io(String(cString: strerror(errno)))
             }
             done += n
         }
-        guard fdatasync(fd) == 0 else { return .io("fdatasync: \(String(cString: strerror(errno)))") }
+        guard fdatasync(writer.fd) == 0 else { return .io("fdatasync: \(String(cString: strerror(errno)))") }
         return nil
     }
 
-    // MARK: Format
+    /// Seals the active segment once it is full: writes its index, begins the next segment.
+    /// On the writer thread (or in `init`, before it starts). A failure leaves the segment
+    /// active, to be sealed after a later commit: nothing is lost, the segment only grows.
+    private func sealIfFull(force: Bool = false) {
+        let active = segments.withLock { $0.active.end >= options.segmentBytes || force ? $0.active : nil }
+        guard let active, !active.offsets.isEmpty else { return }
+        let indexPath = Self.indexPath(of: active.path)
+        do {
+            try SegmentIndex.write(
+                path: indexPath, firstSeq: active.firstSeq, segmentBytes: active.end, offsets: active.offsets, keys: Array(writer.keys),
+                entries: active.entries)
+            let index = try SegmentIndex(path: indexPath)
+            let nextPath = path + "/" + Self.segmentName(firstSeq: active.endSeq)
+            let fd = open(nextPath, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
+            guard fd >= 0 else { throw Failure.io("cannot create \(nextPath): \(String(cString: strerror(errno)))") }
+            syncDirectory(of: nextPath)
+            close(writer.fd)
+            writer.fd = fd
+            writer.keys = []
+            segments.withLock { segments in
+                segments.sealed.append(Sealed(path: active.path, index: index))
+                segments.active = Active(path: nextPath, firstSeq: active.endSeq)
+            }
+        } catch {
+            unlink(indexPath)
+        }
+    }
+
+    /// What a journaled record adds to its segment's index: its dedup key, and its place in the
+    /// index by device and time (not for a removed record's stand-in, which only keeps the key).
+    static func indexing(topic: String, payload: [UInt8], record: Int) -> (DedupKey, SegmentIndex.DeviceEntry?)? {
+        guard let key = DedupKey(topic: topic, payload: payload) else { return nil }
+        let entry = RemovedRecord.isRemoved(topic: topic) ? nil : SegmentIndex.DeviceEntry(deviceHash: key.deviceHash, milliseconds: key.milliseconds, record: UInt32(record))
+        return (key, entry)
+    }
+
+    // MARK: Files
+
+    static func segmentName(firstSeq: UInt64) -> String {
+        let digits = String(firstSeq)
+        return String(repeating: "0", count: max(0, 20 - digits.count)) + digits + ".seg"
+    }
+
+    static func indexPath(of segmentPath: String) -> String { String(segmentPath.dropLast(4)) + ".idx" }
+
+    /// The segments' file names, in seq order.
+    static func segmentNames(in directory: String) throws(Failure) -> [String] {
+        let names: [String]
+        do { names = try FileManager.default.contentsOfDirectory(atPath: directory) } catch {
+            throw .io("cannot list \(directory): \(error.localizedDescription)")
+        }
+        return names.filter { $0.hasSuffix(".seg") && UInt64($0.dropLast(4)) != nil }.sorted { UInt64($0.dropLast(4))! < UInt64($1.dropLast(4))! }
+    }
+
+    /// A sealed segment's index; one that is missing or damaged is rebuilt from the segment
+    /// (whose records must then all be whole: only the active segment may end torn, except
+    /// one sealed just before a crash, whose index was written after its last record).
+    private static func openIndex(of segmentPath: String, allowTornTail: Bool) throws(Failure) -> SegmentIndex {
+        let indexPath = indexPath(of: segmentPath)
+        var status = stat()
+        guard stat(segmentPath, &status) == 0 else { throw .io("cannot read \(segmentPath): \(String(cString: strerror(errno)))") }
+        if let index = try? SegmentIndex(path: indexPath), index.header.segmentBytes == Int64(status.st_size) {
+            return index
+        }
+        // Rebuilt: every record is read again, once.
+        let fd = open(segmentPath, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(segmentPath): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        var offsets: [Int64] = []
+        var keys: [DedupKey] = []
+        var entries: [SegmentIndex.DeviceEntry] = []
+        var end: Int64 = 0
+        try RecordFormat.scan(fd: fd, chunkBytes: 8 << 20) { offset, entry in
+            if let (key, entry) = indexing(topic: entry.topic, payload: entry.payload, record: offsets.count) {
+                keys.append(key)
+                if let entry { entries.append(entry) }
+            }
+            offsets.append(offset)
+        } end: { end = $0 }
+        guard end == Int64(status.st_size) || allowTornTail else { throw .corrupt("\(segmentPath) ends in a torn record, but later segments follow it") }
+        guard let firstSeq = UInt64(((segmentPath as NSString).lastPathComponent).dropLast(4)) else { throw .corrupt("\(segmentPath): not a segment name") }
+        try SegmentIndex.write(path: indexPath, firstSeq: firstSeq, segmentBytes: end, offsets: offsets, keys: keys, entries: entries)
+        return try SegmentIndex(path: indexPath)
+    }
+
+}
+
+/// The records' format: `[u32 length][u32 crc32][topic "\n" payload JSON]`, little-endian.
+enum RecordFormat {
+    /// The one whole record that `bytes` holds, checked; nil when it is not one.
+    static func record(_ bytes: UnsafeRawBufferPointer) -> (topic: String, payload: [UInt8])? {
+        guard bytes.count >= 8 else { return nil }
+        let length = Int(UInt32(littleEndian: bytes.loadUnaligned(as: UInt32.self)))
+        let crc = UInt32(littleEndian: bytes.loadUnaligned(fromByteOffset: 4, as: UInt32.self))
+        guard length == bytes.count - 8 else { return nil }
+        let body = UnsafeRawBufferPointer(rebasing: bytes[8...])
+        guard CRC32.checksum(body) == crc, let newline = memchr(body.baseAddress!, 0x0A, body.count) else { return nil }
+        let topicBytes = body.baseAddress!.distance(to: UnsafeRawPointer(newline))
+        let topic = String(decoding: UnsafeBufferPointer(start: body.baseAddress!.assumingMemoryBound(to: UInt8.self), count: topicBytes), as: UTF8.self)
+        let payload = [UInt8](unsafeUninitializedCapacity: body.count - topicBytes - 1) { buffer, count in
+            memcpy(buffer.baseAddress!, body.baseAddress! + topicBytes + 1, buffer.count)
+            count = buffer.count
+        }
+        return (topic, payload)
+    }
 
     /// Writes the record in place: the body first, then its length and checksum into the header
     /// left for them.
-    private static func append(_ entry: Entry, to bytes: inout [UInt8]) -> Int {
+    static func append(_ entry: Journal.Entry, to bytes: inout [UInt8]) -> Int {
         let header = bytes.count
         bytes.append(contentsOf: repeatElement(0, count: 8))
         bytes.append(contentsOf: entry.topic.utf8)
@@ -332,10 +720,10 @@ public final class Journal: Sendable {
     /// not for the whole file (years of fixes). A record that straddles two pieces is completed
     /// from the next; a record that is complete but fails its checksum is judged, as `parse`
     /// does, against everything after it, so the rest of the file is read for that rare case.
-    private static func scan(
-        fd: Int32, chunkBytes: Int, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void,
+    static func scan(
+        fd: Int32, chunkBytes: Int, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Journal.Failure) -> Void,
         end: (Int64) -> Void
-    ) throws(Failure) {
+    ) throws(Journal.Failure) {
         var stat = stat()
         guard fstat(fd, &stat) == 0 else { throw .io("fstat: \(String(cString: strerror(errno)))") }
         let size = Int64(stat.st_size)
@@ -359,7 +747,7 @@ public final class Journal: Sendable {
         }
     }
 
-    private static func readMore(fd: Int32, from offset: inout Int64, count: Int, into buffer: inout [UInt8]) throws(Failure) {
+    static func readMore(fd: Int32, from offset: inout Int64, count: Int, into buffer: inout [UInt8]) throws(Journal.Failure) {
         let start = buffer.count
         buffer.append(contentsOf: repeatElement(0, count: count))
         var done = 0
@@ -372,16 +760,16 @@ public final class Journal: Sendable {
     }
 
     /// Whether `bytes` starts with a whole record (length and checksum header, and its body).
-    private static func isCompleteRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
+    static func isCompleteRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
         guard bytes.count >= 8 else { return false }
         return bytes.count - 8 >= recordHeader(bytes, at: bytes.startIndex).length
     }
 
     /// Parses whole records from `buffer`; returns the offset after the last good one.
     @discardableResult
-    private static func parse(
-        _ buffer: ArraySlice<UInt8>, baseOffset: Int64, atEnd: Bool, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Failure) -> Void
-    ) throws(Failure) -> Int64 {
+    static func parse(
+        _ buffer: ArraySlice<UInt8>, baseOffset: Int64, atEnd: Bool, _ each: (Int64, (topic: String, payload: [UInt8])) throws(Journal.Failure) -> Void
+    ) throws(Journal.Failure) -> Int64 {
         var position = buffer.startIndex
         while buffer.endIndex - position >= 8 {
             let (length, crc) = recordHeader(buffer, at: position)
@@ -432,223 +820,3 @@ private func hasValidRecord(_ bytes: ArraySlice<UInt8>) -> Bool {
     return false
 }
 
-/// What the journal stores: one bus message's topic and payload, with `seq` filled in on commit.
-public struct JournalRecord: Sendable {
-    public typealias Kind = JournalPayload
-
-    public let kind: Kind
-
-    public init(_ kind: Kind) { self.kind = kind }
-
-    public var device: String {
-        switch kind {
-        case .fix(let fix): fix.device
-        case .motion(let sample): sample.device
-        case .transition(let transition): transition.device
-        case .checkin(let checkin): checkin.device
-        case .importFinished(let finished): finished.device
-        case .sessionStarted(let session): session.device
-        case .sessionStopped(let session): session.device
-        case .visit(let visit): visit.device
-        }
-    }
-
-    /// The event type, which with the device makes the topic.
-    public var type: String {
-        switch kind {
-        case .fix: "fix"
-        case .motion: "motion"
-        case .transition: "client.transition"
-        case .checkin: "taxi.checkin"
-        case .importFinished: "import.finished"
-        case .sessionStarted: "session.started"
-        case .sessionStopped: "session.stopped"
-        case .visit: "visit"
-        }
-    }
-
-    public var topic: String { Topic.make(type, device: device) }
-
-    /// The same record for `device`: parsers work before authentication has named the device.
-    public func assigned(to device: String) -> JournalRecord {
-        switch kind {
-        case .fix(var fix): fix.device = device; return JournalRecord(.fix(fix))
-        case .motion(var sample): sample.device = device; return JournalRecord(.motion(sample))
-        case .transition(var transition): transition.device = device; return JournalRecord(.transition(transition))
-        case .checkin(var checkin): checkin.device = device; return JournalRecord(.checkin(checkin))
-        case .importFinished(var finished): finished.device = device; return JournalRecord(.importFinished(finished))
-        case .sessionStarted(var session): session.device = device; return JournalRecord(.sessionStarted(session))
-        case .sessionStopped(var session): session.device = device; return JournalRecord(.sessionStopped(session))
-        case .visit(var visit): visit.device = device; return JournalRecord(.visit(visit))
-        }
-    }
-
-    func payload(seq: UInt64) -> [UInt8] {
-        // Encoding these types cannot fail: their numbers were validated as finite.
-        switch kind {
-        case .fix(var fix):
-            fix.seq = seq
-            return BusJSON.encode(fix)
-        case .motion(var sample):
-            sample.seq = seq
-            return try! BusJSON.encode(sample)
-        case .transition(var transition):
-            transition.seq = seq
-            return try! BusJSON.encode(transition)
-        case .checkin(var checkin):
-            checkin.seq = seq
-            return try! BusJSON.encode(checkin)
-        case .importFinished(var finished):
-            finished.seq = seq
-            return try! BusJSON.encode(finished)
-        case .sessionStarted(var session):
-            // A session is known by the device and the journal seq that started it.
-            if session.sessionID.isEmpty { session.sessionID = Self.sessionID(device: session.device, seq: seq) }
-            return Self.withSeq(try! BusJSON.encode(session), seq)
-        case .sessionStopped(let session):
-            return Self.withSeq(try! BusJSON.encode(session), seq)
-        case .visit(var visit):
-            visit.seq = seq
-            return try! BusJSON.encode(visit)
-        }
-    }
-
-    /// The payload with `seq` written as a placeholder, and where its digits are: a fix or a
-    /// motion sample is then numbered by splicing digits in, not encoded again.
-    func payloadTemplate() -> (bytes: [UInt8], seqDigits: Range<Int>)? {
-        let placeholder = UInt64.max
-        let bytes: [UInt8]
-        switch kind {
-        case .fix(var fix):
-            fix.seq = placeholder
-            bytes = BusJSON.encode(fix)
-        case .motion(var sample):
-            sample.seq = placeholder
-            bytes = try! BusJSON.encode(sample)
-        default:
-            return nil
-        }
-        // Strings are escaped, so `"seq":` followed by the placeholder occurs only as the field.
-        let needle = Array(#""seq":\#(placeholder)"#.utf8)
-        let start = bytes.withUnsafeBufferPointer { haystack -> Int? in
-            needle.withUnsafeBufferPointer { needle -> Int? in
-                guard haystack.count >= needle.count else { return nil }
-                for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
-                    if memcmp(haystack.baseAddress! + start, needle.baseAddress!, needle.count) == 0 { return start }
-                }
-                return nil
-            }
-        }
-        guard let start else { return nil }
-        return (bytes, (start + 6)..<(start + needle.count))
-    }
-
-    public static func sessionID(device: String, seq: UInt64) -> String { "\(device)-\(seq)" }
-
-    /// Adds `"seq":N` to an encoded JSON object: every journaled payload carries its seq.
-    static func withSeq(_ object: [UInt8], _ seq: UInt64) -> [UInt8] {
-        guard object.count >= 2, object.first == UInt8(ascii: "{") else { return object }
-        let rest = object.dropFirst()
-        return Array(#"{"seq":\#(seq)"#.utf8) + (rest.first == UInt8(ascii: "}") ? [] : [UInt8(ascii: ",")]) + rest
-    }
-
-    var dedupKey: DedupKey? {
-        switch kind {
-        case .fix(let fix): DedupKey(fix)
-        case .motion(let sample): DedupKey(sample)
-        case .transition(let transition): DedupKey(transition)
-        case .visit(let visit): DedupKey(visit)
-        default: nil
-        }
-    }
-}
-
-/// What makes a fix (device, time, position) or a motion sample (device, start, activity) the
-/// same as one already journaled: clients such as Overland re-send whole batches.
-///
-/// Kept as a 128-bit digest, because every record's key stays in memory for as long as ingest
-/// runs: 16 bytes instead of a device string and three words. The digest is two SipHash values
-/// of the same fields under different tags, seeded afresh by each process (the keys are rebuilt
-/// from the journal at start). Two different records collide with odds of about n²/2¹²⁹:
-/// 10⁻²³ for a hundred million records.
-struct DedupKey: Hashable, Sendable {
-    private let high: UInt64
-    private let low: UInt64
-
-    /// Half the key is already a keyed hash of the record: hashing it again whole only costs.
-    func hash(into hasher: inout Hasher) { hasher.combine(high) }
-
-    private init(device: String, milliseconds: Int64, a: UInt64, b: UInt64) {
-        func digest(_ tag: UInt8) -> UInt64 {
-            var hasher = Hasher()
-            hasher.combine(tag)
-            hasher.combine(device)
-            hasher.combine(milliseconds)
-            hasher.combine(a)
-            hasher.combine(b)
-            return UInt64(bitPattern: Int64(hasher.finalize()))
-        }
-        high = digest(1)
-        low = digest(2)
-    }
-
-    init(_ fix: Fix) {
-        self.init(
-            device: fix.device, milliseconds: Int64((fix.time.timeIntervalSince1970 * 1000).rounded()),
-            // -0.0 is journaled as 0 (JSON has one zero), so it must key as 0 too.
-            a: (fix.lat == 0 ? 0 : fix.lat).bitPattern, b: (fix.lon == 0 ? 0 : fix.lon).bitPattern)
-    }
-
-    init(_ sample: MotionSample) {
-        self.init(
-            device: sample.device, milliseconds: Int64((sample.start.timeIntervalSince1970 * 1000).rounded()),
-            a: UInt64(MotionSample.Activity.allCases.firstIndex(of: sample.activity)!) | (1 << 63),
-            b: UInt64(MotionSample.Confidence.allCases.firstIndex(of: sample.confidence)!))
-    }
-
-    /// A phone's own transition: MQTT redelivers, and apps resend, what was not acknowledged.
-    init(_ transition: ClientTransition) {
-        var region = Hasher()
-        region.combine(transition.region)
-        self.init(
-            device: transition.device, milliseconds: Int64((transition.time.timeIntervalSince1970 * 1000).rounded()),
-            a: (transition.event == "enter" ? 1 : 2) | (1 << 62), b: UInt64(bitPattern: Int64(region.finalize())))
-    }
-
-    /// A stay: the same history imported twice is stored once.
-    init(_ visit: Visit) {
-        var place = Hasher()
-        place.combine(visit.placeID)
-        place.combine(visit.lat)
-        place.combine(visit.lon)
-        self.init(
-            device: visit.device, milliseconds: Int64((visit.start.timeIntervalSince1970 * 1000).rounded()),
-            a: UInt64(bitPattern: Int64(place.finalize())) | (1 << 61), b: UInt64(bitPattern: Int64((visit.end.timeIntervalSince1970 * 1000).rounded())))
-    }
-
-    /// Rebuilds the key of a journaled record.
-    init?(topic: String, payload: [UInt8]) {
-        if topic.hasPrefix("fix."), let fix = try? BusJSON.decode(Fix.self, from: payload) {
-            self.init(fix)
-        } else if topic.hasPrefix("motion."), let sample = try? BusJSON.decode(MotionSample.self, from: payload) {
-            self.init(sample)
-        } else if topic.hasPrefix("client.transition."), let transition = try? BusJSON.decode(ClientTransition.self, from: payload) {
-            self.init(transition)
-        } else if topic.hasPrefix("visit."), let visit = try? BusJSON.decode(Visit.self, from: payload) {
-            self.init(visit)
-        } else {
-            return nil
-        }
-    }
-}
-
-/// CRC-32 (IEEE, as zip and PNG use it), to find torn records: zlib's, several times faster than
-/// a byte-at-a-time table.
-enum CRC32 {
-    static func checksum(_ bytes: UnsafeRawBufferPointer) -> UInt32 {
-        guard let base = bytes.baseAddress else { return 0 }
-        return UInt32(crc32_z(0, base.assumingMemoryBound(to: Bytef.self), bytes.count))
-    }
-
-    static func checksum(_ bytes: ArraySlice<UInt8>) -> UInt32 { bytes.withUnsafeBytes { checksum($0) } }
-}

@@ -19,6 +19,46 @@ public enum IngestRPCMessages {
         }
     }
 
+    /// `purge`: a device's fixes, motion samples, transitions and stays between two times
+    /// taken out of the journal (docs/data.md). Unless `resend_ok`, a purged record sent again
+    /// is still a duplicate.
+    public struct Purge: Codable, Sendable {
+        public var op = "purge"
+        public var device: String
+        public var from: Date
+        public var to: Date
+        public var resendOK: Bool
+        enum CodingKeys: String, CodingKey {
+            case op, device, from, to
+            case resendOK = "resend_ok"
+        }
+        public init(device: String, from: Date, to: Date, resendOK: Bool) {
+            self.device = device
+            self.from = from
+            self.to = to
+            self.resendOK = resendOK
+        }
+    }
+
+    /// What `purge` took out of the journal.
+    public struct Purged: Codable, Sendable {
+        public var records: Int
+        public var segments: Int
+        public var bytesBefore: Int64
+        public var bytesAfter: Int64
+        enum CodingKeys: String, CodingKey {
+            case records, segments
+            case bytesBefore = "bytes_before"
+            case bytesAfter = "bytes_after"
+        }
+        public init(records: Int, segments: Int, bytesBefore: Int64, bytesAfter: Int64) {
+            self.records = records
+            self.segments = segments
+            self.bytesBefore = bytesBefore
+            self.bytesAfter = bytesAfter
+        }
+    }
+
     /// `import_finished`: a file's import is done, which ends its trips.
     public struct ImportFinished: Codable, Sendable {
         public var op = "import_finished"

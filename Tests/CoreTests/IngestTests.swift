@@ -35,7 +35,7 @@ struct IngestHarness {
             .init(id: "bike", token: "bike-token-0123456789", allowIDAuth: false, home: nil),
         ] + Self.osmandIDs.map { .init(id: $0, token: nil, allowIDAuth: true, home: nil) }
         let published = published
-        journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
         handler = IngestHandler(config: config, journal: journal, arrivalOrder: arrivalOrder, now: { now })
     }
 
@@ -52,7 +52,7 @@ struct IngestHarness {
 
     @Test func appendsInOrderSurvivesReopenAndDeduplicates() async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
         let published = Published()
         var journal: Journal? = try Journal(path: path) { published.add($0, $1) }
         let first = try await journal!.append((0..<3).map { fix($0) })
@@ -81,7 +81,7 @@ struct IngestHarness {
     @Test func numberedPayloadsAreTheRecordsEncodedWithTheirSeq() async throws {
         let dir = TempDir()
         let published = Published()
-        let journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        let journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
         var fix = Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000.25), lat: 48.5, lon: -16.25, source: .api)
         fix.accuracyM = 5
         fix.speedMps = 12.5
@@ -102,7 +102,7 @@ struct IngestHarness {
     /// still a duplicate.
     @Test func negativeZeroDeduplicatesAcrossARestart() async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
         let atZero = JournalRecord(.fix(Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000), lat: -0.0, lon: -0.0, source: .api)))
         let journal = try Journal(path: path) { _, _ in }
         #expect(try await journal.append([atZero]) == [.journaled(seq: 1)])
@@ -114,20 +114,21 @@ struct IngestHarness {
 
     @Test func aTornTailIsCutOffAndTheRestKept() async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
+        let segment = path + "/00000000000000000001.seg"
         let journal = try Journal(path: path) { _, _ in }
         _ = try await journal.append([fix(0), fix(1)])
         journal.shutdown()
-        let intact = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
+        let intact = try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int
         // A crash in the middle of writing a third record.
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: segment))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
         try handle.close()
 
         let reopened = try Journal(path: path) { _, _ in }
         #expect(reopened.lastSeq == 2)
-        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int == intact)
+        #expect(try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int == intact)
         #expect(try await reopened.append([fix(2)]) == [.journaled(seq: 3)])
         #expect(try reopened.replay(fromSeq: 1, limit: 10).map(\.seq) == [1, 2, 3])
         reopened.shutdown()
@@ -135,12 +136,13 @@ struct IngestHarness {
 
     @Test func damageBeforeGoodRecordsRefusesToStartInsteadOfCuttingThem() async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
+        let segment = path + "/00000000000000000001.seg"
         let journal = try Journal(path: path) { _, _ in }
         _ = try await journal.append([fix(0), fix(1), fix(2)])
         journal.shutdown()
         // Flip a byte inside the first record's body.
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: segment))
         try handle.seek(toOffset: 12)
         try handle.write(contentsOf: Data([0x58]))
         try handle.close()
@@ -152,7 +154,8 @@ struct IngestHarness {
     @Test(arguments: [1, 37, 4096])
     func theJournalIsReadInPiecesAtStart(_ chunkBytes: Int) async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
+        let segment = path + "/00000000000000000001.seg"
         let journal = try Journal(path: path) { _, _ in }
         _ = try await journal.append((0..<50).map { fix($0) })
         let written = try journal.replay(fromSeq: 1, limit: 100)
@@ -166,18 +169,18 @@ struct IngestHarness {
         reopened.shutdown()
 
         // A torn tail is cut, however the pieces fall.
-        let intact = try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        let intact = try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: segment))
         try handle.seekToEnd()
         try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
         try handle.close()
         let cut = try Journal(path: path, options: options) { _, _ in }
         #expect(cut.lastSeq == 51)
         cut.shutdown()
-        #expect(try FileManager.default.attributesOfItem(atPath: path)[.size] as! Int == intact)
+        #expect(try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int == intact)
 
         // A checksum failure early on, with good records after it, refuses to start.
-        let damaged = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        let damaged = try FileHandle(forUpdating: URL(fileURLWithPath: segment))
         try damaged.seek(toOffset: 12)
         try damaged.write(contentsOf: Data([0x58]))
         try damaged.close()
@@ -188,11 +191,12 @@ struct IngestHarness {
     /// after it show it is damage, and start-up refuses rather than cutting them away.
     @Test func aDamagedLengthBeforeGoodRecordsRefusesToStart() async throws {
         let dir = TempDir()
-        let path = dir.path + "/journal.log"
+        let path = dir.path + "/journal"
+        let segment = path + "/00000000000000000001.seg"
         let journal = try Journal(path: path) { _, _ in }
         _ = try await journal.append([fix(0), fix(1), fix(2)])
         journal.shutdown()
-        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: path))
+        let handle = try FileHandle(forUpdating: URL(fileURLWithPath: segment))
         try handle.seek(toOffset: 2)
         try handle.write(contentsOf: Data([0x7F]))  // the first record's length, now ~8 MB
         try handle.close()
@@ -202,7 +206,7 @@ struct IngestHarness {
     @Test func concurrentBatchesShareCommitsAndKeepSeqGapless() async throws {
         let dir = TempDir()
         let published = Published()
-        let journal = try Journal(path: dir.path + "/journal.log") { published.add($0, $1) }
+        let journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
         try await withThrowingTaskGroup(of: [Journal.Outcome].self) { group in
             for batch in 0..<40 {
                 group.addTask { try await journal.append((0..<50).map { self.fix(batch * 50 + $0) }) }

@@ -72,7 +72,7 @@ import Testing
         #expect(await eventually(within: .seconds(30)) { posted.count >= 10 })
         let backup = try await run("drivebus", ["backup", "--config", original.path, dir.path + "/backup"])
         #expect(backup.status == 0, "\(backup.stderr)")
-        #expect(backup.stdout.contains("journal.log"), "\(backup.stdout)")
+        #expect(backup.stdout.contains("journal:"), "\(backup.stdout)")
         try await load.value
         try await waitUntilCaughtUp(.stats, config: original.config)
         let originalRows = try await csv(original.stats)
@@ -84,8 +84,8 @@ import Testing
         let restored = try system(dir, "restored")
         let restore = try await run("drivebus", ["restore", "--config", restored.path, dir.path + "/backup"])
         #expect(restore.status == 0, "\(restore.stderr)")
-        let originalJournal = try Data(contentsOf: URL(fileURLWithPath: original.config.layout.dataDir + "/journal.log"))
-        let restoredJournal = try Data(contentsOf: URL(fileURLWithPath: restored.config.layout.dataDir + "/journal.log"))
+        let originalJournal = try segmentBytes(original.config.layout.dataDir + "/journal")
+        let restoredJournal = try segmentBytes(restored.config.layout.dataDir + "/journal")
         #expect(restoredJournal.count >= 100_000 && restoredJournal.count <= originalJournal.count)
         #expect(originalJournal.prefix(restoredJournal.count) == restoredJournal)
 
@@ -103,4 +103,10 @@ import Testing
         for child in children { child.signal(SIGTERM) }
         for child in children { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
     }
+}
+
+/// The records of a journal: its segments' bytes, in seq order.
+private func segmentBytes(_ directory: String) throws -> Data {
+    let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".seg") }.sorted()
+    return try names.reduce(into: Data()) { $0 += try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $1)) }
 }

@@ -3,7 +3,7 @@ import DrivebusKit
 import Foundation
 import IngestCore
 
-/// `replay`, `publish`, `publish_packed`, `publish_motion` and `import_finished` on `ipc://RUN/ingest.rpc`.
+/// `replay`, `publish`, `publish_packed`, `publish_motion`, `import_finished` and `purge` on `ipc://RUN/ingest.rpc`.
 struct IngestRPC {
     let handler: IngestHandler
     let journal: Journal
@@ -60,6 +60,16 @@ struct IngestRPC {
                     return PublishReply(accepted: 1, duplicates: 0, lastSeq: seq)
                 } catch {
                     throw Self.rpcError(error)
+                }
+            },
+            "purge": RPC.handler(IngestRPCMessages.Purge.self) { (request: IngestRPCMessages.Purge) throws(RPCErrorBody) -> IngestRPCMessages.Purged in
+                guard request.from <= request.to else { throw RPCErrorBody.badRequest("purge: from must not be after to") }
+                do {
+                    let report = try await journal.remove(.init(
+                        types: Journal.Removal.removableTypes, device: request.device, from: request.from, to: request.to, forgetKeys: request.resendOK))
+                    return .init(records: report.records, segments: report.segments, bytesBefore: report.bytesBefore, bytesAfter: report.bytesAfter)
+                } catch {
+                    throw RPCErrorBody(code: error.code, message: error.description)
                 }
             },
             "import_finished": RPC.handler(ImportFinishedRequest.self) { (request: ImportFinishedRequest) throws(RPCErrorBody) -> PublishReply in

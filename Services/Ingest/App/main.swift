@@ -12,7 +12,9 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     let publisher = context.publisher
     let logger = context.logger
     // Called on the journal's writer thread after each group commit, in seq order.
-    let journal = try Journal(path: config.layout.dataDir + "/journal.log") { entry, record in
+    // Before segments, the journal was one file: it becomes the first segment.
+    try Journal.adopt(singleFile: config.layout.dataDir + "/journal.log", into: config.layout.dataDir + "/journal")
+    let journal = try Journal(path: config.layout.dataDir + "/journal") { entry, record in
         do {
             try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload)
         } catch {

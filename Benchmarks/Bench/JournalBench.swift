@@ -1,0 +1,218 @@
+import ArgumentParser
+import DrivebusConfiguration
+import DrivebusJournal
+import DrivebusKit
+import Foundation
+import Glibc
+
+/// `drivebus-bench journal`: the ingest journal at a size people keep for years.
+///
+/// A journal of `--fixes` fixes from `--devices` phones at 1 Hz each (generated once into
+/// `--state`, and reused when it is already there), then:
+/// - `journal open`: opening it in this process: time, and memory held afterwards;
+/// - `journal ingest start`: the real `drivebus-ingest` (and bus) on it: time until it answers
+///   `/healthz`, and its resident memory then;
+/// - `journal append`: 16 appenders, batches of 100 new fixes, each commit synced: on an empty
+///   journal and on the big one, and a raw `write` + `fdatasync` of the same bytes as the peer;
+/// - `journal resend`: batches of fixes already in sealed segments (dedup read from disk);
+/// - `journal replay day`: one device's day by the index by device and time;
+/// - `journal replay seq`: 10,000 records from the middle by seq.
+struct JournalBench: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "journal", abstract: "Measure the segmented journal at scale.")
+
+    @Option(help: "Fixes in the big journal.")
+    var fixes = 100_000_000
+
+    @Option(help: "Phones, each recording at 1 Hz, interleaved.")
+    var devices = 10
+
+    @Option(help: "Where the big journal is kept between runs (generated when missing or smaller).")
+    var state = "/tmp/drivebus-journal-bench"
+
+    @Option(help: "New fixes appended in the append cases.")
+    var appends = 200_000
+
+    @Option(help: "Rounds of the append cases (big, empty, raw in turn); medians are reported.")
+    var rounds = 5
+
+    static let start = 1_500_000_000.0
+
+    func fix(_ index: Int) -> JournalRecord {
+        let device = "phone\(index % devices)"
+        let second = Double(index / devices)
+        return JournalRecord(.fix(Fix(
+            device: device, time: Date(timeIntervalSince1970: Self.start + second), lat: 48.2 + (second.truncatingRemainder(dividingBy: 3600)) * 1e-5,
+            lon: 16.3 + Double(index % devices) * 1e-3, accuracyM: 5, speedMps: 12.5, source: .api)))
+    }
+
+    func run() async throws {
+        let directory = state + "/journal"
+        let have = try Self.count(directory)
+        if have < fixes {
+            try? FileManager.default.removeItem(atPath: state)
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            let started = ContinuousClock.now
+            let journal = try Journal(path: directory) { _, _ in }
+            let batch = 10_000
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for worker in 0..<2 {
+                    group.addTask {
+                        // Each worker its own interleaved share; seqs keep time order only per commit.
+                        for first in stride(from: worker * batch, to: fixes, by: 2 * batch) {
+                            _ = try await journal.append((first..<min(first + batch, fixes)).map(fix))
+                        }
+                    }
+                }
+                try await group.waitForAll()
+            }
+            journal.shutdown()
+            let took = seconds(started.duration(to: .now))
+            report(["name": "journal generate", "fixes": fixes, "seconds": took, "fixes_per_s": Int(Double(fixes) / took), "bytes": try Self.bytes(directory)])
+        }
+        let bytes = try Self.bytes(directory)
+
+        // Opening in this process.
+        let rssBefore = Self.residentMegabytes()
+        let opening = ContinuousClock.now
+        let big = try Journal(path: directory) { _, _ in }
+        let openSeconds = seconds(opening.duration(to: .now))
+        let layout = big.layout
+        report(["name": "journal open", "records": big.lastSeq, "bytes": bytes, "sealed_segments": layout.sealedSegments,
+                "active_records": layout.activeRecords, "seconds": openSeconds, "rss_added_mb": Self.residentMegabytes() - rssBefore])
+
+        // Replay: one device's day, and a stretch by seq.
+        let days = Double(fixes / devices) / 86_400
+        var dayTimes: [Double] = []
+        var dayCount = 0
+        for run in 0..<5 {
+            let day = (Double(run) + 0.5) * days / 5
+            let from = Date(timeIntervalSince1970: Self.start + (day.rounded(.down)) * 86_400)
+            let started = ContinuousClock.now
+            let entries = try big.replay(device: "phone\(run % devices)", from: from, to: from.addingTimeInterval(86_399.999))
+            dayTimes.append(seconds(started.duration(to: .now)) * 1000)
+            dayCount = entries.count
+        }
+        report(["name": "journal replay day", "records_per_day": dayCount, "ms_median": dayTimes.sorted()[2], "ms_max": dayTimes.max()!, "runs": 5])
+        let middle = big.lastSeq / 2
+        let seqStarted = ContinuousClock.now
+        let stretch = try big.replay(fromSeq: middle, limit: 10_000)
+        report(["name": "journal replay seq", "records": stretch.count, "ms": seconds(seqStarted.duration(to: .now)) * 1000])
+
+        // Appends: the same new fixes onto the big journal, an empty one, and a raw file, in
+        // alternating rounds (the disk's sync time drifts), medians reported.
+        var onBig: [Double] = [], onEmpty: [Double] = [], raw: [Double] = []
+        let emptyDirectory = state + "/empty"
+        for round in 0..<rounds {
+            // Past everything the big journal holds (an earlier run's appends too).
+            let fresh = (0..<appends).map { fix(Int(big.lastSeq) + $0) }
+            try? FileManager.default.removeItem(atPath: emptyDirectory)
+            let empty = try Journal(path: emptyDirectory) { _, _ in }
+            // Each goes first in turn: what ran just before (a sync, a file removed) weighs on the next.
+            for journal in round % 2 == 0 ? [big, empty] : [empty, big] {
+                let rate = try await Self.appendRate(fresh, to: journal)
+                if journal === big { onBig.append(rate) } else { onEmpty.append(rate) }
+            }
+            empty.shutdown()
+            raw.append(try Self.rawAppendRate(fresh, path: state + "/raw.log"))
+        }
+        try? FileManager.default.removeItem(atPath: emptyDirectory)
+        let resent = (0..<appends / 10).map { fix($0 * 997 % fixes) }
+        let resendStarted = ContinuousClock.now
+        let resendOutcomes = try await Self.appendAll(resent, to: big)
+        let resendSeconds = seconds(resendStarted.duration(to: .now))
+        let lastSeq = big.lastSeq
+        big.shutdown()
+        func median(_ values: [Double]) -> Double { values.sorted()[values.count / 2] }
+        report(["name": "journal append", "fixes": appends, "appenders": 16, "batch": 100, "rounds": rounds,
+                "empty_fixes_per_s": Int(median(onEmpty)), "big_fixes_per_s": Int(median(onBig)), "big_vs_empty": (median(onBig) / median(onEmpty) * 1000).rounded() / 1000,
+                "raw_fdatasync_fixes_per_s": Int(median(raw)), "empty_vs_raw": (median(onEmpty) / median(raw) * 1000).rounded() / 1000])
+        report(["name": "journal resend", "fixes": resent.count, "duplicates": resendOutcomes.filter { $0 == .duplicate }.count,
+                "fixes_per_s": Int(Double(resent.count) / resendSeconds)])
+
+        // The real ingest on the big journal (bus too: ingest publishes to it).
+        let starting = ContinuousClock.now
+        let system = try await BenchSystem(services: [.bus, .ingest], extraConfig: "") { config in
+            try FileManager.default.createDirectory(atPath: config.layout.dataDir, withIntermediateDirectories: true)
+            try FileManager.default.createSymbolicLink(atPath: config.layout.dataDir + "/journal", withDestinationPath: directory)
+        }
+        let startSeconds = seconds(starting.duration(to: .now))
+        let resident = system.residentMegabytes()["drivebus-ingest"] ?? -1
+        let peak = system.peakRSSMegabytes()["drivebus-ingest"] ?? -1
+        system.stop()
+        report(["name": "journal ingest start", "records": lastSeq, "seconds_to_healthz": startSeconds, "ingest_rss_mb": resident, "ingest_peak_rss_mb": peak])
+    }
+
+    /// Records in a journal directory (0 when there is none): opened, which also checks it.
+    static func count(_ directory: String) throws -> Int {
+        guard FileManager.default.fileExists(atPath: directory) else { return 0 }
+        let journal = try Journal(path: directory) { _, _ in }
+        defer { journal.shutdown() }
+        return Int(journal.lastSeq)
+    }
+
+    static func bytes(_ directory: String) throws -> Int {
+        try FileManager.default.contentsOfDirectory(atPath: directory).reduce(0) {
+            $0 + ((try FileManager.default.attributesOfItem(atPath: directory + "/" + $1)[.size] as? Int) ?? 0)
+        }
+    }
+
+    static func appendAll(_ records: [JournalRecord], to journal: Journal) async throws -> [Journal.Outcome] {
+        try await withThrowingTaskGroup(of: [Journal.Outcome].self) { group in
+            for appender in 0..<16 {
+                group.addTask {
+                    var outcomes: [Journal.Outcome] = []
+                    for first in stride(from: appender * 100, to: records.count, by: 1600) {
+                        outcomes += try await journal.append(Array(records[first..<min(first + 100, records.count)]))
+                    }
+                    return outcomes
+                }
+            }
+            return try await group.reduce(into: []) { $0 += $1 }
+        }
+    }
+
+    static func appendRate(_ records: [JournalRecord], to journal: Journal) async throws -> Double {
+        let started = ContinuousClock.now
+        let outcomes = try await appendAll(records, to: journal)
+        guard outcomes.allSatisfy({ if case .journaled = $0 { true } else { false } }) else { throw ValidationError("an append case's fixes were not all new") }
+        return Double(records.count) / seconds(started.duration(to: .now))
+    }
+
+    /// The peer: the same payloads written by one thread, batches of 1,600 (what 16 appenders of
+    /// 100 hand the writer at once at best), each followed by `fdatasync`.
+    static func rawAppendRate(_ records: [JournalRecord], path: String) throws -> Double {
+        let payloads = records.map { record -> [UInt8] in
+            guard case .fix(let fix) = record.kind else { return [] }
+            return Array("fix.\(fix.device)\n".utf8) + BusJSON.encode(fix)
+        }
+        let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ValidationError("cannot create \(path)") }
+        defer { close(fd); unlink(path) }
+        let started = ContinuousClock.now
+        for first in stride(from: 0, to: payloads.count, by: 1600) {
+            var bytes: [UInt8] = []
+            for payload in payloads[first..<min(first + 1600, payloads.count)] {
+                bytes += [UInt8](repeating: 0, count: 8)
+                bytes += payload
+            }
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            fdatasync(fd)
+        }
+        return Double(records.count) / seconds(started.duration(to: .now))
+    }
+
+    static func residentMegabytes(_ path: String = "/proc/self/status") -> Double {
+        guard let status = try? String(contentsOfFile: path, encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
+              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
+        else { return -1 }
+        return (kilobytes / 1024 * 10).rounded() / 10
+    }
+}
+
+extension BenchSystem {
+    /// Each process's resident memory now (VmRSS), in MB, by executable name.
+    func residentMegabytes() -> [String: Double] {
+        Dictionary(uniqueKeysWithValues: processIDs.map { ($0.name, JournalBench.residentMegabytes("/proc/\($0.id)/status")) })
+    }
+}
