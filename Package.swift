@@ -135,7 +135,7 @@ let package = Package(
         .executableTarget(
             name: "drivebus",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore", "DrivebusJournal", "DrivebusOSM", grdb,
+                "DrivebusKit", "DrivebusConfiguration", "IngestCore", "DrivebusTrackFormats", "DrivebusQRCode", "MQTTCore", "DrivebusJournal", "DrivebusOSM", "StatsStore", grdb,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
             ],
             path: "Services/CLI"

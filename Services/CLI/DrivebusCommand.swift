@@ -8,7 +8,7 @@ struct DrivebusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drivebus",
         abstract: "Operate drivebus: the home server for your phones' location and motion data.",
-        subcommands: [Up.self, Status.self, Tail.self, DeviceCommand.self, Import.self, Checkin.self, Export.self, Backup.self, Restore.self, Limits.self, Keygen.self]
+        subcommands: [Up.self, Status.self, Tail.self, DeviceCommand.self, Import.self, Checkin.self, Export.self, Backup.self, Restore.self, Purge.self, Limits.self, Keygen.self]
     )
 }
 

@@ -30,6 +30,26 @@ public struct DrivebusConfig: Sendable, Equatable {
     public var costs: CostsConfiguration
     /// The MQTT bridge (OwnTracks over MQTT, Home Assistant); off when nil.
     public var mqtt: MQTTConfiguration?
+    /// How long raw data is kept (docs/data.md); everything is kept for ever by default.
+    public var retention = Retention()
+
+    public struct Retention: Sendable, Equatable {
+        /// Fixes older than this many days leave the journal and stats' table of fixes; trips
+        /// keep their tracks, scores and figures. Nil: kept for ever.
+        public var rawFixesDays: Double?
+        /// The same for motion samples (in the journal only: stats does not keep them).
+        public var motionDays: Double?
+
+        public init(rawFixesDays: Double? = nil, motionDays: Double? = nil) {
+            self.rawFixesDays = rawFixesDays
+            self.motionDays = motionDays
+        }
+
+        /// The kinds of journal record to expire, each with the time before which they go.
+        public func expiring(now: Date) -> [(type: String, before: Date)] {
+            [("fix", rawFixesDays), ("motion", motionDays)].compactMap { type, days in days.map { (type, now.addingTimeInterval(-$0 * 86_400)) } }
+        }
+    }
 
     public struct Device: Sendable, Equatable {
         public var id: String
@@ -144,7 +164,7 @@ extension DrivebusConfig {
         }
         let top = try ConfigMapping(root, path: "", allowed: [
             "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor", "checkout",
-            "zones", "gates", "geofence", "trips", "scorer", "costs", "mqtt",
+            "zones", "gates", "geofence", "trips", "scorer", "costs", "mqtt", "retention",
         ])
         var config = defaults(workingDirectory: workingDirectory)
         config.process = try ProcessSettings.parse(top, workingDirectory: workingDirectory)
@@ -181,6 +201,10 @@ extension DrivebusConfig {
         config.scorer = try parseScorer(top, zones: config.geofence.zones)
         config.costs = try parseCosts(top.mapping("costs", allowed: ["currency", "rental_keep_s", "own_car", "rentals"]))
         config.mqtt = try parseMQTT(top, environment: environment)
+        let retention = try top.mapping("retention", allowed: ["raw_fixes_days", "motion_days"])
+        // At least a day: a shorter retention would take fixes that trips are still being cut from.
+        if retention.has("raw_fixes_days") { config.retention.rawFixesDays = try retention.double("raw_fixes_days", default: 0, in: 1...36_500) }
+        if retention.has("motion_days") { config.retention.motionDays = try retention.double("motion_days", default: 0, in: 1...36_500) }
         try config.process.validateSocketPaths()
         return config
     }

@@ -79,11 +79,23 @@ import Testing
         ("checkout: {lead_time_s: 0}", "config error: checkout.lead_time_s: must be from 1 to 3600, got 0"),
         (#"stats: {map: {tile_url: "https://tiles.example/{z}/{x}.png"}}"#, #"config error: stats.map.tile_url: expected an http(s) URL with {z}, {x} and {y}"#),
         ("stats: {map: {tiles: x}}", "config error: stats.map.tiles: unknown key"),
+        ("retention: {raw_fixes_days: 0.5}", "config error: retention.raw_fixes_days: must be from 1 to 36500, got 0.5"),
+        ("retention: {trips_days: 30}", "config error: retention.trips_days: unknown key"),
     ])
     func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
         let message = error(yaml)
         #expect(message?.hasPrefix(expected) == true, "got: \(message ?? "no error")")
         #expect(message?.contains("\n") == false)
+    }
+
+    @Test func retentionKeepsEverythingUnlessTold() throws {
+        #expect(try DrivebusConfig.parse(yaml: "").retention == .init())
+        let retention = try DrivebusConfig.parse(yaml: "retention: {raw_fixes_days: 730, motion_days: 30}").retention
+        #expect(retention == .init(rawFixesDays: 730, motionDays: 30))
+        let now = Date(timeIntervalSince1970: 1_800_000_000)
+        let expiring = retention.expiring(now: now)
+        #expect(expiring.map(\.type) == ["fix", "motion"])
+        #expect(expiring.map(\.before) == [now.addingTimeInterval(-730 * 86_400), now.addingTimeInterval(-30 * 86_400)])
     }
 
     @Test func theMapsBaseLayerIsOptional() throws {

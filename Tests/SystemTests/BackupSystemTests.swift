@@ -1,4 +1,5 @@
 import DrivebusConfiguration
+import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
 import Testing
@@ -109,4 +110,129 @@ import Testing
 private func segmentBytes(_ directory: String) throws -> Data {
     let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".seg") }.sorted()
     return try names.reduce(into: Data()) { $0 += try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $1)) }
+}
+
+/// `drivebus purge` on a running system (issue 21): a day of one device goes from the journal
+/// and from stats, and nothing else does; the day re-sent is not stored again.
+@Suite(.serialized) struct PurgeSystemTests {
+    let fixtures = BackupSystemTests()
+
+    func batch(_ first: Int, _ count: Int) -> Data { fixtures.batch(first, count) }
+
+    func csv(_ port: Int, device: String) async throws -> [Substring] {
+        let export = try await http("GET", "http://127.0.0.1:\(port)/api/v1/export/fixes.csv?device=\(device)")
+        #expect(export.status == 200)
+        return export.body.split(separator: "\n").dropFirst().map { $0 }
+    }
+
+    @Test func aDayOfOneDeviceIsPurgedFromTheJournalAndStatsAndNothingElse() async throws {
+        let dir = TempDir()
+        let ports = freePorts(2)
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: car, token: car-token-0123456789}, {id: bike, token: bike-token-0123456789}]
+            ingest: {listen: "127.0.0.1:\(ports[0])"}
+            stats: {listen: "127.0.0.1:\(ports[1])"}
+            """
+        let path = dir.file("drivebus.yaml", yaml)
+        let config = try DrivebusConfig.parse(yaml: yaml)
+        let children = try ["drivebus-bus", "drivebus-ingest", "drivebus-stats"].map { try Child($0, ["--config", path]) }
+        defer { for child in children { child.signal(SIGKILL) } }
+        try await waitUntilLive(.stats, config: config)
+        let ingest = "http://127.0.0.1:\(ports[0])/overland"
+        // 2025-11-13 from 02:13:20 UTC: the car's 300 fixes and the bike's 100; the next day, the car's 200.
+        let dayOne = batch(0, 300), nextDay = batch(86_400, 200)
+        #expect(try await http("POST", ingest, token: "car-token-0123456789", body: dayOne).status == 200)
+        #expect(try await http("POST", ingest, token: "car-token-0123456789", body: nextDay).status == 200)
+        #expect(try await http("POST", ingest, token: "bike-token-0123456789", body: batch(0, 100)).status == 200)
+        try await waitUntilCaughtUp(.stats, config: config)
+        #expect(try await csv(ports[1], device: "car").count == 500)
+        let bikeBefore = try await csv(ports[1], device: "bike")
+        #expect(bikeBefore.count == 100)
+
+        let purge = try await run("drivebus", ["purge", "--config", path, "--device", "car", "--from", "2025-11-13", "--to", "2025-11-13"])
+        #expect(purge.status == 0, "\(purge.stderr)")
+        #expect(purge.stdout.contains("journal: 300 records in 1 segment ("), "\(purge.stdout)")
+        #expect(purge.stdout.contains("fixes 300,"), "\(purge.stdout)")
+
+        // Stats holds the car's next day only, and all of the bike.
+        let car = try await csv(ports[1], device: "car")
+        #expect(car.count == 200)
+        #expect(car.allSatisfy { $0.contains("2025-11-14T") }, "\(car.prefix(2))")
+        #expect(try await csv(ports[1], device: "bike") == bikeBefore)
+        // The journal keeps its seqs; the purged fixes are stand-ins, and their resend is a duplicate.
+        let health = "http://127.0.0.1:\(ports[0])/healthz"
+        let lastSeq = try await http("GET", health).body
+        #expect(lastSeq.contains(#""last_seq":600"#), "\(lastSeq)")
+        let fix = #"{"time":"2025-11-13T02:13:21Z","lat":48.2,"lon":\#(16.30 + 0.0001)}"#
+        let resent = try await http("POST", "http://127.0.0.1:\(ports[0])/api/v1/fixes", token: "car-token-0123456789", body: Data(#"{"fixes":[\#(fix)]}"#.utf8))
+        #expect(resent.status == 200 && resent.body.contains(#""duplicates":1"#), "\(resent.body)")
+        #expect(try await http("POST", ingest, token: "car-token-0123456789", body: dayOne).status == 200)
+        #expect(try await http("GET", health).body == lastSeq)
+        try await waitUntilCaughtUp(.stats, config: config)
+        #expect(try await csv(ports[1], device: "car").count == 200)
+        for child in children { child.signal(SIGTERM) }
+        for child in children { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+    }
+}
+
+/// `retention: {raw_fixes_days: 1}` (issue 21): at start, ingest and stats let fixes older than a
+/// day go, exactly those, and keep the rest.
+@Suite(.serialized) struct RetentionSystemTests {
+    @Test func fixesOlderThanTheRetentionGoAtStartAndTheRestStay() async throws {
+        let dir = TempDir()
+        let ports = freePorts(2)
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: car, token: car-token-0123456789}]
+            ingest: {listen: "127.0.0.1:\(ports[0])"}
+            stats: {listen: "127.0.0.1:\(ports[1])"}
+            retention: {raw_fixes_days: 1}
+            """
+        let path = dir.file("drivebus.yaml", yaml)
+        let config = try DrivebusConfig.parse(yaml: yaml)
+        func start(_ names: [String]) throws -> [Child] { try names.map { try Child($0, ["--config", path]) } }
+        let bus = try start(["drivebus-bus"])
+        var services = try start(["drivebus-ingest", "drivebus-stats"])
+        defer { for child in bus + services { child.signal(SIGKILL) } }
+        try await waitUntilLive(.stats, config: config)
+        // 120 fixes from three days ago, then 80 from an hour ago (with motion, which is kept).
+        let now = Date().timeIntervalSince1970.rounded()
+        func fixes(from start: Double, _ count: Int) -> Data {
+            let fixes = (0..<count).map { #"{"time":"\#(RFC3339.format(Date(timeIntervalSince1970: start + Double($0))))","lat":48.2,"lon":\#(16.3 + Double($0) * 1e-4)}"# }
+            return Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8)
+        }
+        let api = "http://127.0.0.1:\(ports[0])/api/v1/"
+        #expect(try await http("POST", api + "fixes", token: "car-token-0123456789", body: fixes(from: now - 3 * 86_400, 120)).status == 200)
+        #expect(try await http("POST", api + "fixes", token: "car-token-0123456789", body: fixes(from: now - 3600, 80)).status == 200)
+        try await waitUntilCaughtUp(.stats, config: config)
+        let export = "http://127.0.0.1:\(ports[1])/api/v1/export/fixes.csv?device=car"
+        #expect(try await http("GET", export).body.split(separator: "\n").count == 201)
+
+        // Restarted: retention runs at start.
+        for child in services { child.signal(SIGTERM) }
+        for child in services { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+        services = try start(["drivebus-ingest", "drivebus-stats"])
+        try await waitUntilLive(.stats, config: config)
+        #expect(await eventually(within: .seconds(30)) {
+            (try? await http("GET", export).body.split(separator: "\n").count) == 81
+        })
+        let kept = try await http("GET", export).body.split(separator: "\n").dropFirst()
+        let oldDay = String(RFC3339.format(Date(timeIntervalSince1970: now - 3 * 86_400)).prefix(10))
+        #expect(!kept.contains { $0.contains(oldDay) }, "\(kept.prefix(2))")
+        // In the journal: 120 stand-ins with their seqs, the 80 recent fixes as they were.
+        #expect(await eventually(within: .seconds(30)) { ((try? journalText(config)) ?? "").components(separatedBy: "removed.car\n").count - 1 == 120 })
+        let text = try journalText(config)
+        #expect(text.components(separatedBy: "fix.car\n").count - 1 == 80)
+        for child in services { child.signal(SIGTERM) }
+        for child in services { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+    }
+
+    func journalText(_ config: DrivebusConfig) throws -> String {
+        let directory = config.layout.dataDir + "/journal"
+        let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".seg") }.sorted()
+        return try names.map { String(decoding: try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $0)), as: UTF8.self) }.joined()
+    }
 }

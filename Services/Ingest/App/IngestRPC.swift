@@ -64,7 +64,7 @@ struct IngestRPC {
             },
             "purge": RPC.handler(IngestRPCMessages.Purge.self) { (request: IngestRPCMessages.Purge) throws(RPCErrorBody) -> IngestRPCMessages.Purged in
                 guard request.from <= request.to else { throw RPCErrorBody.badRequest("purge: from must not be after to") }
-                do {
+                do throws(Journal.Failure) {
                     let report = try await journal.remove(.init(
                         types: Journal.Removal.removableTypes, device: request.device, from: request.from, to: request.to, forgetKeys: request.resendOK))
                     return .init(records: report.records, segments: report.segments, bytesBefore: report.bytesBefore, bytesAfter: report.bytesAfter)

@@ -37,7 +37,10 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     )
     return ServiceParts(
         // ServiceGroup stops services in reverse order: HTTP first, then the journal.
-        services: [JournalCloser(journal: journal), DeviceWatcher(registry: registry, config: config, handler: handler, logger: logger), http],
+        services: [
+            JournalCloser(journal: journal), DeviceWatcher(registry: registry, config: config, handler: handler, logger: logger),
+            JournalRetention(journal: journal, retention: config.retention, logger: logger), http,
+        ],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
         lastSeq: { ["journal": journal.lastSeq] },
         counters: { handler.droppedReadings.snapshot },
@@ -177,5 +180,39 @@ struct DeviceWatcher: Service {
 
     static func onQueue<T: Sendable>(_ work: @escaping @Sendable () -> T) async -> T {
         await withCheckedContinuation { continuation in queue.async { continuation.resume(returning: work()) } }
+    }
+}
+
+/// Applies `retention:` to the journal: at start, then every hour, expired fixes and motion
+/// samples become stand-ins in sealed segments (`Journal.remove`), in the background, while ingest
+/// takes new ones. A failure is logged and tried again at the next run.
+struct JournalRetention: Service {
+    let journal: Journal
+    let retention: DrivebusConfig.Retention
+    let logger: Logger
+
+    static let interval = Duration.seconds(3600)
+
+    func run() async throws {
+        // Nothing to expire: wait for the end (a service that returns would stop the group).
+        guard !retention.expiring(now: Date()).isEmpty else { return try await gracefulShutdown() }
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                for (type, before) in retention.expiring(now: Date()) {
+                    do {
+                        let report = try await journal.remove(.init(types: [type], device: nil, from: .distantPast, to: before))
+                        if report.records > 0 {
+                            logger.info("retention applied", metadata: [
+                                "type": "\(type)", "before": "\(RFC3339.format(before))", "records": "\(report.records)",
+                                "segments": "\(report.segments)", "bytes_freed": "\(report.bytesBefore - report.bytesAfter)",
+                            ])
+                        }
+                    } catch {
+                        logger.error("retention not applied to \(type) this time: \(error)")
+                    }
+                }
+                try? await Task.sleep(for: Self.interval)
+            }
+        }
     }
 }

@@ -37,6 +37,7 @@ final class StatsRecorder: Service, Sendable {
     private let lastStateSave = Mutex(ContinuousClock.now)
     private let tripsConfiguration: TripsConfiguration
     private let scorerConfiguration: ScorerConfiguration
+    private let retention: DrivebusConfig.Retention
     /// The scores stats derives use the same road limits as the scorer's.
     private let roadLimits: RoadLimitsWatcher
 
@@ -44,6 +45,7 @@ final class StatsRecorder: Service, Sendable {
         self.context = context
         tripsConfiguration = config.trips
         scorerConfiguration = config.scorer
+        retention = config.retention
         self.store = store
         self.metrics = metrics
         derivations = Mutex(DriveDerivations(trips: config.trips, scorer: config.scorer))
@@ -84,6 +86,7 @@ final class StatsRecorder: Service, Sendable {
                 }
             }
             group.addTask { await self.keepMapCurrent() }
+            if let days = retention.rawFixesDays { group.addTask { await self.expireFixes(olderThanDays: days) } }
             for source in Self.eventSources {
                 let from = try await store.cursor(source.name)
                 group.addTask { try await self.follow(source, from: from) }
@@ -108,6 +111,23 @@ final class StatsRecorder: Service, Sendable {
                 context.logger.warning("map tiles not updated: \(error)")
             }
             try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// `retention.raw_fixes_days`: at start and then every hour, fixes older than that leave the
+    /// table of fixes (trips keep their tracks). A failure is logged and tried again next time.
+    private func expireFixes(olderThanDays days: Double) async {
+        while !Task.isCancelled {
+            let before = Date().addingTimeInterval(-days * 86_400)
+            do {
+                let removed = try await store.expireFixes(before: before)
+                if removed > 0 { context.logger.info("retention applied", metadata: ["fixes": "\(removed)", "before": "\(RFC3339.format(before))"]) }
+            } catch is CancellationError {
+                return
+            } catch {
+                context.logger.warning("retention not applied to fixes this time: \(error)")
+            }
+            try? await Task.sleep(for: .seconds(3600))
         }
     }
 

@@ -1,0 +1,76 @@
+import ArgumentParser
+import DrivebusConfiguration
+import DrivebusKit
+import Foundation
+import StatsStore
+
+struct Purge: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Delete a device's data between two times: from the journal and from stats (docs/data.md).",
+        discussion: """
+            The system must be running: the journal is ingest's. Purged fixes become stand-ins in the journal \
+            (their seqs stay, so every service's position stays valid), and stats deletes the fixes, trips, \
+            scores, map tiles, stays, zone crossings, gate calls and check-outs of the range. A purged fix that \
+            an old client sends again is a duplicate and is not stored, unless --resend-ok.
+            """)
+
+    @OptionGroup var options: ConfigOption
+
+    @Option(help: "The device whose data goes.")
+    var device: String
+
+    @Option(help: "From this time (RFC 3339) or day (YYYY-MM-DD, from its start, UTC).")
+    var from: String
+
+    @Option(help: "To this time (RFC 3339) or day (YYYY-MM-DD, to its end, UTC).")
+    var to: String
+
+    @Flag(help: "Let the purged data be sent again (by default a client's resend of it is refused as a duplicate).")
+    var resendOK = false
+
+    func run() async throws {
+        let config = try loadConfig(options)
+        guard let start = Self.time(from, endOfDay: false) else { throw Self.refusal("--from: expected an RFC 3339 time or a day YYYY-MM-DD, got \"\(from)\"", code: 2) }
+        guard let end = Self.time(to, endOfDay: true) else { throw Self.refusal("--to: expected an RFC 3339 time or a day YYYY-MM-DD, got \"\(to)\"", code: 2) }
+        guard start <= end else { throw Self.refusal("--from is after --to", code: 2) }
+        print("drivebus purge: \(device) from \(RFC3339.format(start)) to \(RFC3339.format(end))")
+
+        let bus = BusClient(settings: config.process, name: "purge")
+        let journal: IngestRPCMessages.Purged
+        do {
+            journal = try await bus.call(.ingest, IngestRPCMessages.Purge(device: device, from: start, to: end, resendOK: resendOK), as: IngestRPCMessages.Purged.self, timeout: .seconds(600))
+            await bus.shutdown()
+        } catch {
+            await bus.shutdown()
+            throw Self.refusal("the journal was not purged, nor anything else: \(error) (is the system running?)", code: 1)
+        }
+        let megabytes = { (bytes: Int64) in String(format: "%.1f MB", Double(bytes) / 1_000_000) }
+        print("  journal: \(journal.records) records in \(journal.segments) segment\(journal.segments == 1 ? "" : "s") (\(megabytes(journal.bytesBefore)) → \(megabytes(journal.bytesAfter)))"
+            + (resendOK ? "; a client may send them again" : "; a client's resend of them stays a duplicate"))
+
+        let database = config.layout.dataDir + "/drivebus.sqlite"
+        guard FileManager.default.fileExists(atPath: database) else {
+            print("  stats: no database yet")
+            return
+        }
+        // SQLite blocks: on a thread of its own, not the cooperative pool.
+        let device = device
+        let purged: StatsStore.Purged = try await withCheckedThrowingContinuation { continuation in
+            Thread { continuation.resume(with: Result { try StatsStore(.init(path: database)).purge(device: device, from: start, to: end) }) }.start()
+        }
+        print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
+        print("  kept: the services' event journals (STATE/data/*.events) still hold what they derived then, which stats has already read")
+    }
+
+    /// An RFC 3339 time, or a day: its first millisecond, or its last.
+    static func time(_ text: String, endOfDay: Bool) -> Date? {
+        if let time = RFC3339.parse(text) { return time }
+        guard text.count == 10, let day = RFC3339.parse(text + "T00:00:00Z") else { return nil }
+        return endOfDay ? day.addingTimeInterval(86_400 - 0.001) : day
+    }
+
+    static func refusal(_ message: String, code: Int32) -> ExitCode {
+        FileHandle.standardError.write(Data("drivebus purge: \(message)\n".utf8))
+        return ExitCode(code)
+    }
+}
