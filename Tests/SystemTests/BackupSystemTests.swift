@@ -236,3 +236,93 @@ private func segmentBytes(_ directory: String) throws -> Data {
         return try names.map { String(decoding: try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $0)), as: UTF8.self) }.joined()
     }
 }
+
+/// kill -9 of ingest while retention rewrites the journal (issue 21): nothing acknowledged is
+/// lost, the journal opens, and the retention finishes after the restart.
+@Suite(.serialized) struct CompactionCrashTests {
+    @Test func aKillDuringCompactionLosesNoAcknowledgedFix() async throws {
+        let dir = TempDir()
+        let ports = freePorts(1)
+        let base = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: car, token: car-token-0123456789}, {id: bike, token: bike-token-0123456789}]
+            ingest: {listen: "127.0.0.1:\(ports[0])"}
+            """
+        let plain = dir.file("plain.yaml", base)
+        let retaining = dir.file("retaining.yaml", base + "\nretention: {raw_fixes_days: 1}")
+        let config = try DrivebusConfig.parse(yaml: base)
+        let journal = config.layout.dataDir + "/journal"
+        let bus = try Child("drivebus-bus", ["--config", plain])
+        var ingest = try Child("drivebus-ingest", ["--config", plain])
+        defer { bus.signal(SIGKILL); ingest.signal(SIGKILL) }
+        let api = "http://127.0.0.1:\(ports[0])/api/v1/fixes"
+        #expect(await eventually(within: .seconds(30)) { (try? await http("GET", "http://127.0.0.1:\(ports[0])/healthz").status) == 200 })
+        // 40,000 fixes of the car from three days ago: what the retention will rewrite.
+        let old = Date().timeIntervalSince1970.rounded() - 3 * 86_400
+        func body(_ start: Double, _ count: Int, lon: (Int) -> Double) -> Data {
+            let fixes = (0..<count).map { #"{"time":"\#(RFC3339.format(Date(timeIntervalSince1970: start + Double($0))))","lat":48.2,"lon":\#(lon($0))}"# }
+            return Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8)
+        }
+        for first in stride(from: 0, to: 40_000, by: 2000) {
+            #expect(try await http("POST", api, token: "car-token-0123456789", body: body(old + Double(first), 2000) { 16 + Double(first + $0) * 1e-6 }).status == 200)
+        }
+        ingest.signal(SIGTERM)
+        _ = try await ingest.exitStatus()
+
+        // Restarted with a retention of a day: it rewrites at once. The bike posts meanwhile,
+        // and ingest is killed while a rewritten segment is being written.
+        ingest = try Child("drivebus-ingest", ["--config", retaining])
+        final class Acknowledged: @unchecked Sendable {
+            let lock = NSLock()
+            var lons: [String] = []
+            func add(_ lon: String) { lock.withLock { lons.append(lon) } }
+            var all: [String] { lock.withLock { lons } }
+        }
+        let acknowledged = Acknowledged()
+        let now = Date().timeIntervalSince1970.rounded() - 600
+        let posting = Task {
+            for index in 0..<100_000 {
+                let lon = String(17 + Double(index) * 1e-6)
+                let fix = Data(#"{"fixes":[{"time":"\#(RFC3339.format(Date(timeIntervalSince1970: now + Double(index) * 0.001)))","lat":48.2,"lon":\#(lon)}]}"#.utf8)
+                guard let answer = try? await http("POST", api, token: "bike-token-0123456789", body: fix) else {
+                    if Task.isCancelled { return }
+                    continue
+                }
+                if answer.status == 200 { acknowledged.add(lon) }
+                if Task.isCancelled { return }
+            }
+        }
+        // Polled closely: the rewritten files exist for a few tens of milliseconds.
+        var caught = false
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !caught && ContinuousClock.now < deadline {
+            caught = ((try? FileManager.default.contentsOfDirectory(atPath: journal)) ?? []).contains { $0.hasSuffix(".rewrite") }
+            if !caught { try await Task.sleep(for: .milliseconds(1)) }
+        }
+        #expect(caught, "no rewrite was seen under way")
+        ingest.signal(SIGKILL)
+        _ = try await ingest.exitStatus()
+        posting.cancel()
+        _ = await posting.value
+        let acked = acknowledged.all
+
+        // Restarted: every acknowledged fix is there, and the retention completes.
+        ingest = try Child("drivebus-ingest", ["--config", retaining])
+        #expect(await eventually(within: .seconds(60)) {
+            (try? RetentionSystemTests().journalText(config).components(separatedBy: "removed.car\n").count - 1) == 40_000
+        })
+        let text = try RetentionSystemTests().journalText(config)
+        #expect(text.components(separatedBy: "fix.car\n").count == 1)
+        let bikeFixes = text.components(separatedBy: "fix.bike\n").dropFirst()
+        let journaled = Set(bikeFixes.compactMap { record -> String? in
+            guard let range = record.range(of: #""lon":"#) else { return nil }
+            return String(record[range.upperBound...].prefix { $0 != "," && $0 != "}" })
+        })
+        #expect(!acked.isEmpty)
+        #expect(acked.filter { !journaled.contains($0) }.isEmpty, "acknowledged but lost: \(acked.filter { !journaled.contains($0) }.prefix(5))")
+        #expect(try FileManager.default.contentsOfDirectory(atPath: journal).allSatisfy { $0.hasSuffix(".seg") || $0.hasSuffix(".idx") })
+        ingest.signal(SIGTERM)
+        #expect(try await ingest.exitStatus() == 0, "\(ingest.stderr)")
+    }
+}
