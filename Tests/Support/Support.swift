@@ -51,17 +51,23 @@ public final class Child: @unchecked Sendable {
         if let environment { process.environment = environment }
         process.standardOutput = out
         process.standardError = err
-        out.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stdoutData) }
-        err.fileHandleForReading.readabilityHandler = { [weak self] handle in self?.take(handle, into: \.stderrData) }
         try process.run()
-    }
-
-    /// Keeps what arrived; an empty read is end of file, after which the handler is not needed.
-    private func take(_ handle: FileHandle, into buffer: ReferenceWritableKeyPath<Child, Data>) {
-        let data = handle.availableData
-        if data.isEmpty { handle.readabilityHandler = nil }
-        lock.withLock {
-            if data.isEmpty { closedStreams += 1 } else { self[keyPath: buffer].append(data) }
+        // A thread per stream, reading until end of file. Not readability handlers: their
+        // dispatch sources outlive the pipe when a child is replaced, and libdispatch then
+        // crashed the test process on an fd number that a new pipe had taken.
+        for (handle, buffer) in [(out.fileHandleForReading, \Child.stdoutData), (err.fileHandleForReading, \Child.stderrData)] {
+            // Weakly: a child dropped without being stopped is killed by `deinit`, which ends the streams.
+            Thread { [weak self] in
+                while true {
+                    let data = handle.availableData
+                    guard let self else { return }
+                    let ended = lock.withLock {
+                        if data.isEmpty { closedStreams += 1 } else { self[keyPath: buffer].append(data) }
+                        return data.isEmpty
+                    }
+                    if ended { return }
+                }
+            }.start()
         }
     }
 
