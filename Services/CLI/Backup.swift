@@ -187,8 +187,25 @@ private func copySegments(from: String, to: String) throws {
     let segments = names.filter { $0.hasSuffix(".seg") && UInt64($0.dropLast(4)) != nil }.sorted { UInt64($0.dropLast(4))! < UInt64($1.dropLast(4))! }
     for segment in segments {
         let index = String(segment.dropLast(4)) + ".idx"
-        if names.contains(index) { try copyBytes(from: from + "/" + index, to: to + "/" + index) }
-        try copyBytes(from: from + "/" + segment, to: to + "/" + segment)
+        guard names.contains(index) else {
+            try copyBytes(from: from + "/" + segment, to: to + "/" + segment)
+            continue
+        }
+        // A sealed segment whose records are being removed (purge, retention) has both files
+        // replaced by rename: copied again until neither changed while the pair was copied.
+        func identity() -> [UInt64] {
+            [segment, index].map { name in
+                var status = stat()
+                return stat(from + "/" + name, &status) == 0 ? UInt64(status.st_ino) : 0
+            }
+        }
+        for attempt in 1...5 {
+            let before = identity()
+            try copyBytes(from: from + "/" + index, to: to + "/" + index)
+            try copyBytes(from: from + "/" + segment, to: to + "/" + segment)
+            if identity() == before { break }
+            if attempt == 5 { throw CopyFailure(description: "\(from)/\(segment) kept changing while it was copied") }
+        }
     }
 }
 

@@ -42,11 +42,18 @@ struct Purge: AsyncParsableCommand {
             await bus.shutdown()
         } catch {
             await bus.shutdown()
-            throw Self.refusal("the journal was not purged, nor anything else: \(error) (is the system running?)", code: 1)
+            throw Self.refusal("""
+                the journal may not have been purged (\(error)); stats was not touched. Is the system running? \
+                The same command again is safe: what was purged stays purged, and the rest is done.
+                """, code: 1)
         }
         let megabytes = { (bytes: Int64) in String(format: "%.1f MB", Double(bytes) / 1_000_000) }
-        print("  journal: \(journal.records) records in \(journal.segments) segment\(journal.segments == 1 ? "" : "s") (\(megabytes(journal.bytesBefore)) → \(megabytes(journal.bytesAfter)))"
-            + (resendOK ? "; a client may send them again" : "; a client's resend of them stays a duplicate"))
+        if journal.records == 0 {
+            print("  journal: nothing of \(device) in that range (or it was purged before)")
+        } else {
+            print("  journal: \(journal.records) records in \(journal.segments) segment\(journal.segments == 1 ? "" : "s") (\(megabytes(journal.bytesBefore)) → \(megabytes(journal.bytesAfter)))"
+                + (resendOK ? "; a client may send them again" : "; a client's resend of them stays a duplicate"))
+        }
 
         let database = config.layout.dataDir + "/drivebus.sqlite"
         guard FileManager.default.fileExists(atPath: database) else {
@@ -55,8 +62,13 @@ struct Purge: AsyncParsableCommand {
         }
         // SQLite blocks: on a thread of its own, not the cooperative pool.
         let device = device
-        let purged: StatsStore.Purged = try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try StatsStore(.init(path: database)).purge(device: device, from: start, to: end) }) }.start()
+        let purged: StatsStore.Purged
+        do {
+            purged = try await withCheckedThrowingContinuation { continuation in
+                Thread { continuation.resume(with: Result { try StatsStore(.init(path: database)).purge(device: device, from: start, to: end) }) }.start()
+            }
+        } catch {
+            throw Self.refusal("the journal was purged, stats was not (\(error)): run the same command again", code: 1)
         }
         print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
         print("  kept: the services' event journals (STATE/data/*.events) still hold what they derived then, which stats has already read")

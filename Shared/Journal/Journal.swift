@@ -26,6 +26,9 @@ public final class Journal: Sendable {
         /// The size past which the active segment is sealed and a new one begun: start-up reads
         /// at most about this much, and holds the dedup keys of this much in memory.
         public var segmentBytes: Int64 = 32 << 20
+        /// For crash tests only: how long a rewrite (records removed) waits with its new files
+        /// written and synced, before putting them in place.
+        public var rewritePause: Duration = .zero
         public init() {}
     }
 
@@ -152,8 +155,6 @@ public final class Journal: Sendable {
             return (ranges, ranges.map(\.1).max() ?? .min)
         }
 
-        /// How many times a sealed segment was rewritten: open index files are then stale.
-        var rewrites = 0
         var lastSeq: UInt64 { active.endSeq - 1 }
     }
 
@@ -162,9 +163,8 @@ public final class Journal: Sendable {
         var fd: Int32
         /// The dedup keys of the active segment; sealed segments' are on disk.
         var keys: Set<DedupKey>
-        /// Open index files of sealed segments, for dedup lookups, as of `Segments.rewrites`.
+        /// Open index files of sealed segments, for dedup lookups.
         var indexFiles: [String: Int32] = [:]
-        var indexFilesAsOf = 0
 
         init(fd: Int32, keys: Set<DedupKey>) {
             self.fd = fd
@@ -245,19 +245,72 @@ public final class Journal: Sendable {
         thread.start()
     }
 
-    /// Moves a journal of one file (before segments: `journal.log`) into the directory as its
-    /// first segment. Nothing is rewritten; the first start seals it.
-    public static func adopt(singleFile: String, into directory: String) throws(Failure) {
-        guard FileManager.default.fileExists(atPath: singleFile) else { return }
-        if mkdir(directory, 0o700) != 0 && errno != EEXIST { throw .io("cannot create \(directory): \(String(cString: strerror(errno)))") }
-        guard try segmentNames(in: directory).isEmpty else {
+    /// Turns a journal of one file (before segments: `journal.log`) into segments of
+    /// `segmentBytes` in `directory`, the same records with the same seqs, each sealed segment
+    /// with its index. They are written into `<directory>.adopting` first; once all of it is
+    /// synced, a marker says so, the old file goes, and the directory is renamed into place. A
+    /// crash before the marker leaves the old file, and the next start does it again; after it,
+    /// the next start finishes the job. It needs the old file's size again in free disk, once.
+    public static func adopt(singleFile: String, into directory: String, segmentBytes: Int64 = Options().segmentBytes) throws(Failure) {
+        let staging = directory + ".adopting", marker = staging + "/ADOPTED"
+        let fileExists = FileManager.default.fileExists(atPath: singleFile)
+        if FileManager.default.fileExists(atPath: marker) {
+            // Written in full before a crash: finish.
+            if fileExists { unlink(singleFile) }
+            try putInPlace(staging, as: directory, marker: marker)
+            return
+        }
+        try? FileManager.default.removeItem(atPath: staging)
+        guard fileExists else { return }
+        if FileManager.default.fileExists(atPath: directory), try !segmentNames(in: directory).isEmpty {
             throw .corrupt("both \(singleFile) and segments in \(directory): move one of them away")
         }
-        guard rename(singleFile, directory + "/" + segmentName(firstSeq: 1)) == 0 else {
-            throw .io("cannot move \(singleFile) into \(directory): \(String(cString: strerror(errno)))")
+        guard mkdir(staging, 0o700) == 0 else { throw .io("cannot create \(staging): \(String(cString: strerror(errno)))") }
+        let fd = open(singleFile, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .io("cannot open \(singleFile): \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+
+        var firstSeq: UInt64 = 1, seq: UInt64 = 1
+        var bytes: [UInt8] = [], offsets: [Int64] = [], keys: [DedupKey] = [], entries: [SegmentIndex.DeviceEntry] = []
+        func writeSegment(sealed: Bool) throws(Failure) {
+            let path = staging + "/" + segmentName(firstSeq: firstSeq)
+            try writeSynced(bytes, to: path)
+            if sealed {
+                try SegmentIndex.write(path: indexPath(of: path), firstSeq: firstSeq, segmentBytes: Int64(bytes.count), offsets: offsets, keys: keys, entries: entries)
+            }
+            (firstSeq, bytes, offsets, keys, entries) = (seq, [], [], [], [])
         }
-        syncDirectory(of: directory + "/")
+        // A torn tail is left out, as opening the file would cut it; damage before good records
+        // stops the adoption, and ingest with it, naming the byte.
+        try RecordFormat.scan(fd: fd, chunkBytes: 8 << 20) { _, record throws(Failure) in
+            if let (key, entry) = indexing(topic: record.topic, payload: record.payload, record: offsets.count) {
+                keys.append(key)
+                if let entry { entries.append(entry) }
+            }
+            offsets.append(Int64(bytes.count))
+            _ = RecordFormat.append(Entry(seq: seq, topic: record.topic, payload: record.payload), to: &bytes)
+            seq += 1
+            if Int64(bytes.count) >= segmentBytes { try writeSegment(sealed: true) }
+        } end: { _ in }
+        try writeSegment(sealed: false)
+        try writeSynced([], to: marker)
+        syncDirectory(of: marker)
+        unlink(singleFile)
         syncDirectory(of: singleFile)
+        try putInPlace(staging, as: directory, marker: marker)
+    }
+
+    private static func putInPlace(_ staging: String, as directory: String, marker: String) throws(Failure) {
+        // An empty directory left by an earlier start without segments gives way.
+        if FileManager.default.fileExists(atPath: directory) {
+            guard try segmentNames(in: directory).isEmpty, (try? FileManager.default.removeItem(atPath: directory)) != nil else {
+                throw .corrupt("\(directory) holds segments, and \(staging) holds the journal adopted from one file: move one of them away")
+            }
+        }
+        guard rename(staging, directory) == 0 else { throw .io("cannot rename \(staging) to \(directory): \(String(cString: strerror(errno)))") }
+        syncDirectory(of: directory)
+        unlink(directory + "/ADOPTED")
+        syncDirectory(of: directory + "/")
     }
 
     public var lastSeq: UInt64 { segments.withLock { $0.lastSeq } }
@@ -345,6 +398,10 @@ public final class Journal: Sendable {
             try RecordFormat.parse(bytes[...], baseOffset: offsets.first!, atEnd: true) { _, entry in
                 entries.append(Entry(seq: seq, topic: entry.topic, payload: entry.payload))
                 seq += 1
+            }
+            // Every record the offsets name must parse: a short page would read as the end.
+            guard seq - next == UInt64(offsets.count - 1) else {
+                throw .corrupt("\(segment.path): the record of seq \(seq) at byte \(offsets[Int(seq - next)]) fails its checksum")
             }
             guard seq > next, seq <= lastSeq else { break }
             next = seq
@@ -500,13 +557,8 @@ public final class Journal: Sendable {
     private func commit(_ batches: [Pending]) {
         // Only the numbers and the sealed list: a copy of the active offsets would keep them
         // alive, and the append below would then copy them all.
-        let (before, sealed, keyTimes, rewrites) = segments.withLock {
-            ((lastSeq: $0.lastSeq, end: $0.active.end, records: $0.active.offsets.count), $0.sealed, $0.keyTimes, $0.rewrites)
-        }
-        if writer.indexFilesAsOf != rewrites {
-            writer.indexFiles.values.forEach { close($0) }
-            writer.indexFiles = [:]
-            writer.indexFilesAsOf = rewrites
+        let (before, sealed, keyTimes) = segments.withLock {
+            ((lastSeq: $0.lastSeq, end: $0.active.end, records: $0.active.offsets.count), $0.sealed, $0.keyTimes)
         }
         var next = before.lastSeq + 1
         var offset = before.end
@@ -555,8 +607,11 @@ public final class Journal: Sendable {
         }
         for (entry, record) in written { publish(entry, record) }
         // Before the answers, so that what a caller sees next is the journal after the seal.
-        sealIfFull(force: batches.contains { $0.sealAfter })
-        for (batch, batchOutcomes) in zip(batches, outcomes) { batch.reply(.success(batchOutcomes)) }
+        let sealFailure = sealIfFull(force: batches.contains { $0.sealAfter })
+        for (batch, batchOutcomes) in zip(batches, outcomes) {
+            // A seal that was asked for and failed is that caller's failure (records stay).
+            if batch.sealAfter, let sealFailure { batch.reply(.failure(sealFailure)) } else { batch.reply(.success(batchOutcomes)) }
+        }
     }
 
     /// Whether a sealed segment already holds the key: only segments whose records' times
@@ -565,18 +620,42 @@ public final class Journal: Sendable {
     private func isSealed(_ key: DedupKey, in sealed: [Sealed], keyTimes: (ranges: [(low: Int64, high: Int64)], latest: Int64)) -> Bool {
         guard key.milliseconds <= keyTimes.latest else { return false }
         for position in keyTimes.ranges.indices.reversed() where keyTimes.ranges[position].low <= key.milliseconds && key.milliseconds <= keyTimes.ranges[position].high {
-            let segment = sealed[position]
-            let indexPath = segment.index.path
-            var fd = writer.indexFiles[indexPath] ?? -1
-            if fd < 0 {
-                if writer.indexFiles.count >= 64 { writer.indexFiles.values.forEach { close($0) }; writer.indexFiles = [:] }
-                fd = open(indexPath, O_RDONLY | O_CLOEXEC)
-                guard fd >= 0 else { continue }
-                writer.indexFiles[indexPath] = fd
+            var segment = sealed[position]
+            // An index rewritten since `sealed` was taken (records removed) is another file at
+            // the same path: its fences and counts are then the current segment's, looked up again.
+            for _ in 0..<2 {
+                guard let fd = indexFile(segment.index.path) else { break }
+                if fd.inode == segment.index.inode {
+                    if (try? segment.index.contains(key.digest, fd: fd.fd)) == true { return true }
+                    break
+                }
+                guard let current = segments.withLock({ segments in segments.sealed.first { $0.firstSeq == segment.firstSeq } }) else { break }
+                segment = current
             }
-            if (try? segment.index.contains(key.digest, fd: fd)) == true { return true }
         }
         return false
+    }
+
+    /// A sealed segment's index file, open for dedup lookups (kept open, up to 64), and which
+    /// file it is.
+    private func indexFile(_ path: String) -> (fd: Int32, inode: UInt64)? {
+        func inode(_ fd: Int32) -> UInt64? {
+            var status = stat()
+            return fstat(fd, &status) == 0 ? UInt64(status.st_ino) : nil
+        }
+        if let fd = writer.indexFiles[path] {
+            // Still the file at the path? A rewrite renames another over it.
+            var atPath = stat()
+            if stat(path, &atPath) == 0, let open = inode(fd), open == UInt64(atPath.st_ino) { return (fd, open) }
+            close(fd)
+            writer.indexFiles[path] = nil
+        }
+        if writer.indexFiles.count >= 64 { writer.indexFiles.values.forEach { close($0) }; writer.indexFiles = [:] }
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        guard let opened = inode(fd) else { close(fd); return nil }
+        writer.indexFiles[path] = fd
+        return (fd, opened)
     }
 
     private func writeAndSync(_ bytes: [UInt8]) -> Failure? {
@@ -596,9 +675,10 @@ public final class Journal: Sendable {
     /// Seals the active segment once it is full: writes its index, begins the next segment.
     /// On the writer thread (or in `init`, before it starts). A failure leaves the segment
     /// active, to be sealed after a later commit: nothing is lost, the segment only grows.
-    private func sealIfFull(force: Bool = false) {
+    @discardableResult
+    private func sealIfFull(force: Bool = false) -> Failure? {
         let active = segments.withLock { $0.active.end >= options.segmentBytes || force ? $0.active : nil }
-        guard let active, !active.offsets.isEmpty else { return }
+        guard let active, !active.offsets.isEmpty else { return nil }
         let indexPath = Self.indexPath(of: active.path)
         do {
             try SegmentIndex.write(
@@ -616,8 +696,10 @@ public final class Journal: Sendable {
                 segments.sealed.append(Sealed(path: active.path, index: index))
                 segments.active = Active(path: nextPath, firstSeq: active.endSeq)
             }
+            return nil
         } catch {
             unlink(indexPath)
+            return error as? Failure ?? .io(String(describing: error))
         }
     }
 
@@ -673,6 +755,16 @@ public final class Journal: Sendable {
             offsets.append(offset)
         } end: { end = $0 }
         guard end == Int64(status.st_size) || allowTornTail else { throw .corrupt("\(segmentPath) ends in a torn record, but later segments follow it") }
+        if end < Int64(status.st_size) {
+            // Cut as the active segment's tail would be: once the next segment begins, this one is
+            // no longer last, and a torn record in it would be damage.
+            let writable = open(segmentPath, O_WRONLY | O_CLOEXEC)
+            guard writable >= 0, ftruncate(writable, off_t(end)) == 0, fsync(writable) == 0 else {
+                if writable >= 0 { close(writable) }
+                throw .io("cannot cut the torn tail of \(segmentPath): \(String(cString: strerror(errno)))")
+            }
+            close(writable)
+        }
         guard let firstSeq = UInt64(((segmentPath as NSString).lastPathComponent).dropLast(4)) else { throw .corrupt("\(segmentPath): not a segment name") }
         try SegmentIndex.write(path: indexPath, firstSeq: firstSeq, segmentBytes: end, offsets: offsets, keys: keys, entries: entries)
         return try SegmentIndex(path: indexPath)

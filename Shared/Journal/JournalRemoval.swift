@@ -152,16 +152,18 @@ extension Journal {
         // it too, so it reads either the old pair or the new one.
         var newIndex = try SegmentIndex(path: rewrittenIndex)
         newIndex.path = index.path
+        if options.rewritePause > .zero { Thread.sleep(forTimeInterval: Double(options.rewritePause.components.seconds) + Double(options.rewritePause.components.attoseconds) / 1e18) }
+        // Segment first, then index: a crash between the two leaves `X.idx.rewrite` alone, and
+        // start-up completes the job with it (`removeLeftovers`).
         try segments.withLock { segments throws(Failure) in
             guard rename(rewrittenSegment, segment.path) == 0, rename(rewrittenIndex, index.path) == 0 else {
                 throw .io("cannot put the rewritten \(segment.path) in place: \(String(cString: strerror(errno)))")
             }
-            syncDirectory(of: segment.path)
             if let position = segments.sealed.firstIndex(where: { $0.firstSeq == header.firstSeq }) {
                 segments.sealed[position] = Sealed(path: segment.path, index: newIndex)
             }
-            segments.rewrites += 1
         }
+        syncDirectory(of: segment.path)
         return (removed, Int64(output.count))
     }
 
@@ -187,10 +189,22 @@ extension Journal {
         guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
     }
 
-    /// Files of a rewrite or a seal that a crash interrupted: the segment and index they were
-    /// to replace are still whole.
+    /// Files of a rewrite or a seal that a crash interrupted. A rewritten index whose segment
+    /// was already renamed into place (no `X.seg.rewrite` left) is the crash between the two
+    /// renames: it is put in place, completing the rewrite. Anything else is removed: the pair
+    /// it was to replace is still whole.
     static func removeLeftovers(in directory: String) {
         guard let names = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return }
-        for name in names where name.hasSuffix(".rewrite") || name.hasSuffix(".partial") { unlink(directory + "/" + name) }
+        let present = Set(names)
+        for name in names where name.hasSuffix(".idx.rewrite") {
+            let stem = String(name.dropLast(".idx.rewrite".count))
+            if !present.contains(stem + ".seg.rewrite") {
+                rename(directory + "/" + name, directory + "/" + stem + ".idx")
+            }
+        }
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? [] where name.hasSuffix(".rewrite") || name.hasSuffix(".partial") {
+            unlink(directory + "/" + name)
+        }
+        syncDirectory(of: directory + "/")
     }
 }

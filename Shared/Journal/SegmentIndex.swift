@@ -13,8 +13,9 @@ import Glibc
 ///     devices  (u64 hash, u32 first, u32 n) the devices, sorted by hash, with their entries
 ///     entries  (i64 ms, u32 record, u32 0) the keyed records of each device, by time
 ///
-/// The header holds the counts, the segment's size, the range of its records' times, and CRC-32s
-/// of the header and of the fences (what start-up reads) and of the other tables.
+/// The header holds the counts, the segment's size, the range of its records' times (of all, and
+/// of the live ones), and CRC-32s of the header and of the fences (what start-up reads) and of
+/// the other tables.
 struct SegmentIndex: Sendable {
     static let magic: UInt32 = 0x584A_4244  // "DBJX"
     static let version: UInt32 = 1
@@ -29,9 +30,14 @@ struct SegmentIndex: Sendable {
         var keyCount: Int
         var deviceCount: Int
         var entryCount: Int
-        /// The times of the keyed records, in ms; empty when there are none.
+        /// The times of the keyed records, in ms (stand-ins of removed records included: their
+        /// keys stay); meaningless when there are none.
         var minMilliseconds: Int64
         var maxMilliseconds: Int64
+        /// The times of the records in the index by device and time: the live ones, without
+        /// stand-ins. What a removal looks at, so that expired segments are not read again.
+        var liveMinMilliseconds: Int64 = 0
+        var liveMaxMilliseconds: Int64 = 0
 
         var fenceCount: Int { (keyCount + SegmentIndex.fenceSpacing - 1) / SegmentIndex.fenceSpacing }
         var offsetsAt: Int { SegmentIndex.headerBytes }
@@ -42,8 +48,8 @@ struct SegmentIndex: Sendable {
         var fileBytes: Int { entriesAt + 16 * entryCount }
 
         func holds(milliseconds: Int64) -> Bool { keyCount > 0 && minMilliseconds <= milliseconds && milliseconds <= maxMilliseconds }
-        /// Whether any of its records' times can fall in `low ... high`.
-        func overlaps(_ low: Int64, _ high: Int64) -> Bool { keyCount > 0 && low <= maxMilliseconds && minMilliseconds <= high }
+        /// Whether any of its live records' times can fall in `low ... high`.
+        func overlaps(_ low: Int64, _ high: Int64) -> Bool { entryCount > 0 && low <= liveMaxMilliseconds && liveMinMilliseconds <= high }
     }
 
     /// One record of a device in the index by device and time.
@@ -56,6 +62,9 @@ struct SegmentIndex: Sendable {
     /// Where the index is (set when a rewritten index is moved in place of the old one).
     var path: String
     let header: Header
+    /// The file these were read from: a rewritten index (records removed) is another file at
+    /// the same path.
+    let inode: UInt64
     /// Every `fenceSpacing`th digest, from the file: in memory for every sealed segment.
     let fences: [DedupKey.Digest]
 
@@ -78,7 +87,8 @@ struct SegmentIndex: Sendable {
         }
         let header = Header(
             firstSeq: firstSeq, count: offsets.count, segmentBytes: segmentBytes, keyCount: digests.count, deviceCount: devices.count,
-            entryCount: sortedEntries.count, minMilliseconds: times.min() ?? 0, maxMilliseconds: times.max() ?? 0)
+            entryCount: sortedEntries.count, minMilliseconds: times.min() ?? 0, maxMilliseconds: times.max() ?? 0,
+            liveMinMilliseconds: entries.map(\.milliseconds).min() ?? 0, liveMaxMilliseconds: entries.map(\.milliseconds).max() ?? 0)
 
         var body = [UInt8]()
         body.reserveCapacity(header.fileBytes - headerBytes)
@@ -130,6 +140,8 @@ struct SegmentIndex: Sendable {
         ] { bytes.appendLittleEndian(word) }
         bytes.appendLittleEndian(fencesCRC)
         bytes.appendLittleEndian(restCRC)
+        bytes.appendLittleEndian(UInt64(bitPattern: header.liveMinMilliseconds))
+        bytes.appendLittleEndian(UInt64(bitPattern: header.liveMaxMilliseconds))
         bytes.append(contentsOf: repeatElement(0, count: headerBytes - 4 - bytes.count))
         bytes.appendLittleEndian(CRC32.checksum(bytes))
         return bytes
@@ -153,9 +165,11 @@ struct SegmentIndex: Sendable {
         guard counts.allSatisfy({ $0 < 1 << 40 }) else { throw .corrupt("\(path): a count is out of range") }
         header = Header(
             firstSeq: counts[0], count: Int(counts[1]), segmentBytes: Int64(counts[2]), keyCount: Int(counts[3]), deviceCount: Int(counts[4]),
-            entryCount: Int(counts[5]), minMilliseconds: Int64(bitPattern: word(56)), maxMilliseconds: Int64(bitPattern: word(64)))
+            entryCount: Int(counts[5]), minMilliseconds: Int64(bitPattern: word(56)), maxMilliseconds: Int64(bitPattern: word(64)),
+            liveMinMilliseconds: Int64(bitPattern: word(80)), liveMaxMilliseconds: Int64(bitPattern: word(88)))
         var status = stat()
         guard fstat(fd, &status) == 0, Int(status.st_size) == header.fileBytes else { throw .corrupt("\(path) is not as long as its header says") }
+        inode = UInt64(status.st_ino)
         let fenceBytes = try Self.read(fd, at: header.fencesAt, count: 16 * header.fenceCount, path: path)
         guard CRC32.checksum(fenceBytes) == half(72) else { throw .corrupt("\(path): the fences fail their checksum") }
         fences = Self.digests(fenceBytes)

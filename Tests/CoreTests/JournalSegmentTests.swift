@@ -172,6 +172,45 @@ import Testing
         // Adopting again finds nothing to adopt.
         try Journal.adopt(singleFile: dir.path + "/journal.log", into: dir.path + "/journal")
     }
+
+    /// A big single file is cut into segments of the size asked for, each sealed with its index;
+    /// a crash part way leaves the old file and is done again, a crash after the marker is finished.
+    @Test func aSingleFileJournalIsCutIntoSegmentsAndACrashPartWayIsRecovered() async throws {
+        let dir = TempDir()
+        let old = try Journal(path: dir.path + "/old") { _, _ in }
+        _ = try await old.append((0..<300).map { fix($0) })
+        let written = try old.replay(fromSeq: 1, limit: 1000)
+        old.shutdown()
+        let single = dir.path + "/journal.log", directory = dir.path + "/journal"
+        try FileManager.default.copyItem(atPath: dir.path + "/old/00000000000000000001.seg", toPath: single)
+        let original = try Data(contentsOf: URL(fileURLWithPath: single))
+
+        // A crash part way: a staging directory without its marker, and the old file whole.
+        try FileManager.default.createDirectory(atPath: directory + ".adopting", withIntermediateDirectories: false)
+        try Data("half".utf8).write(to: URL(fileURLWithPath: directory + ".adopting/00000000000000000001.seg"))
+        try Journal.adopt(singleFile: single, into: directory, segmentBytes: 4096)
+        #expect(!FileManager.default.fileExists(atPath: single))
+        #expect(!FileManager.default.fileExists(atPath: directory + ".adopting"))
+        let segments = try files(directory, ".seg")
+        #expect(segments.count > 5)
+        #expect(try files(directory, ".idx").count == segments.count - 1)
+        #expect(try files(directory, ".seg").map { try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $0)) }.reduce(Data(), +) == original)
+        let journal = try Journal(path: directory, options: smallSegments()) { _, _ in }
+        #expect(journal.lastSeq == 300)
+        #expect(try journal.replay(fromSeq: 1, limit: 1000) == written)
+        #expect(try await journal.append([fix(17), fix(299), fix(300)]) == [.duplicate, .duplicate, .journaled(seq: 301)])
+        journal.shutdown()
+
+        // A crash after the marker, before the rename: finished without the old file.
+        try FileManager.default.moveItem(atPath: directory, toPath: directory + ".adopting")
+        try Data().write(to: URL(fileURLWithPath: directory + ".adopting/ADOPTED"))
+        try Journal.adopt(singleFile: single, into: directory, segmentBytes: 4096)
+        #expect(try files(directory, ".seg") == segments)
+        #expect(!FileManager.default.fileExists(atPath: directory + "/ADOPTED"))
+        let finished = try Journal(path: directory, options: smallSegments()) { _, _ in }
+        #expect(finished.lastSeq == 301)
+        finished.shutdown()
+    }
 }
 
 /// Removing records (purge, retention): each becomes a stand-in of the same seq, in sealed
@@ -261,6 +300,33 @@ import Testing
         #expect(tail.allSatisfy { $0.topic.hasPrefix("removed.") })
         #expect(try await journal.append([records.fix(300)]) == [.journaled(seq: 401)])
         journal.shutdown()
+    }
+
+    /// A crash between the segment's rename and its index's: the new segment is in place with
+    /// the old index, and the new index waits as `X.idx.rewrite`. Start-up puts it in place.
+    @Test func aCrashBetweenTheTwoRenamesIsCompletedAtStart() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/journal"
+        let journal = try await twoPhones(path)
+        let first = try records.files(path, ".idx")[0]
+        let oldIndex = try Data(contentsOf: URL(fileURLWithPath: path + "/" + first))
+        let report = try await journal.remove(.init(types: ["fix"], device: "car", from: time(0), to: time(3)))
+        #expect(report.records == 4)
+        let after = try journal.replay(fromSeq: 1, limit: 1000)
+        journal.shutdown()
+        let newIndex = try Data(contentsOf: URL(fileURLWithPath: path + "/" + first))
+        #expect(newIndex != oldIndex)
+        try newIndex.write(to: URL(fileURLWithPath: path + "/" + first + ".rewrite"))
+        try oldIndex.write(to: URL(fileURLWithPath: path + "/" + first))
+        let waiting = try FileManager.default.attributesOfItem(atPath: path + "/" + first + ".rewrite")[.systemFileNumber] as! Int
+
+        let reopened = try Journal(path: path, options: records.smallSegments()) { _, _ in }
+        // The waiting file itself, put in place (not an index rebuilt from the segment).
+        #expect(try FileManager.default.attributesOfItem(atPath: path + "/" + first)[.systemFileNumber] as! Int == waiting)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/" + first)) == newIndex)
+        #expect(try reopened.replay(fromSeq: 1, limit: 1000) == after)
+        #expect(try await reopened.append([records.fix(2)]) == [.duplicate])
+        reopened.shutdown()
     }
 
     @Test func leftoversOfAnInterruptedRewriteAreRemovedAtStart() async throws {

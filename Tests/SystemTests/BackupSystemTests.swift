@@ -284,9 +284,12 @@ private func segmentBytes(_ directory: String) throws -> Data {
         ingest.signal(SIGTERM)
         _ = try await ingest.exitStatus()
 
-        // Restarted with a retention of a day: it rewrites at once. The bike posts meanwhile,
-        // and ingest is killed while a rewritten segment is being written.
-        ingest = try Child("drivebus-ingest", ["--config", retaining])
+        // Restarted with a retention of a day: it rewrites at once, and (the test's hook) waits
+        // 3 s with the rewritten files on disk before renaming them. The bike posts meanwhile,
+        // and ingest is killed in that wait.
+        var environment = ProcessInfo.processInfo.environment
+        environment["DRIVEBUS_TEST_REWRITE_PAUSE_MS"] = "3000"
+        ingest = try Child("drivebus-ingest", ["--config", retaining], environment: environment)
         final class Acknowledged: @unchecked Sendable {
             let lock = NSLock()
             var lons: [String] = []
@@ -307,12 +310,9 @@ private func segmentBytes(_ directory: String) throws -> Data {
                 if Task.isCancelled { return }
             }
         }
-        // Polled closely: the rewritten files exist for a few tens of milliseconds.
-        var caught = false
-        let deadline = ContinuousClock.now + .seconds(60)
-        while !caught && ContinuousClock.now < deadline {
-            caught = ((try? FileManager.default.contentsOfDirectory(atPath: journal)) ?? []).contains { $0.hasSuffix(".rewrite") }
-            if !caught { try await Task.sleep(for: .milliseconds(1)) }
+        let caught = await eventually(within: .seconds(60)) {
+            let names = (try? FileManager.default.contentsOfDirectory(atPath: journal)) ?? []
+            return names.contains { $0.hasSuffix(".seg.rewrite") } && names.contains { $0.hasSuffix(".idx.rewrite") }
         }
         #expect(caught, "no rewrite was seen under way")
         ingest.signal(SIGKILL)

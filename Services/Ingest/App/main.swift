@@ -14,7 +14,12 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     // Called on the journal's writer thread after each group commit, in seq order.
     // Before segments, the journal was one file: it becomes the first segment.
     try Journal.adopt(singleFile: config.layout.dataDir + "/journal.log", into: config.layout.dataDir + "/journal")
-    let journal = try Journal(path: config.layout.dataDir + "/journal") { entry, record in
+    var journalOptions = Journal.Options()
+    // A crash test's hook (CompactionCrashTests): a rewrite waits this long before its rename.
+    if let pause = ProcessInfo.processInfo.environment["DRIVEBUS_TEST_REWRITE_PAUSE_MS"].flatMap(Int.init) {
+        journalOptions.rewritePause = .milliseconds(pause)
+    }
+    let journal = try Journal(path: config.layout.dataDir + "/journal", options: journalOptions) { entry, record in
         do {
             try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload)
         } catch {
