@@ -163,8 +163,8 @@ public final class Journal: Sendable {
         var fd: Int32
         /// The dedup keys of the active segment; sealed segments' are on disk.
         var keys: Set<DedupKey>
-        /// Open index files of sealed segments, for dedup lookups.
-        var indexFiles: [String: Int32] = [:]
+        /// Open index files of sealed segments, for dedup lookups, with the file each is.
+        var indexFiles: [String: (fd: Int32, inode: UInt64)] = [:]
 
         init(fd: Int32, keys: Set<DedupKey>) {
             self.fd = fd
@@ -173,7 +173,7 @@ public final class Journal: Sendable {
 
         deinit {
             close(fd)
-            indexFiles.values.forEach { close($0) }
+            indexFiles.values.forEach { close($0.fd) }
         }
     }
 
@@ -624,7 +624,7 @@ public final class Journal: Sendable {
             // An index rewritten since `sealed` was taken (records removed) is another file at
             // the same path: its fences and counts are then the current segment's, looked up again.
             for _ in 0..<2 {
-                guard let fd = indexFile(segment.index.path) else { break }
+                guard let fd = indexFile(segment.index) else { break }
                 if fd.inode == segment.index.inode {
                     if (try? segment.index.contains(key.digest, fd: fd.fd)) == true { return true }
                     break
@@ -637,25 +637,21 @@ public final class Journal: Sendable {
     }
 
     /// A sealed segment's index file, open for dedup lookups (kept open, up to 64), and which
-    /// file it is.
-    private func indexFile(_ path: String) -> (fd: Int32, inode: UInt64)? {
-        func inode(_ fd: Int32) -> UInt64? {
-            var status = stat()
-            return fstat(fd, &status) == 0 ? UInt64(status.st_ino) : nil
+    /// file it is: the one `index` was read from when the cached one is, else the file now at
+    /// the path (a rewrite renames another over it).
+    private func indexFile(_ index: SegmentIndex) -> (fd: Int32, inode: UInt64)? {
+        if let cached = writer.indexFiles[index.path] {
+            if cached.inode == index.inode { return cached }
+            close(cached.fd)
+            writer.indexFiles[index.path] = nil
         }
-        if let fd = writer.indexFiles[path] {
-            // Still the file at the path? A rewrite renames another over it.
-            var atPath = stat()
-            if stat(path, &atPath) == 0, let open = inode(fd), open == UInt64(atPath.st_ino) { return (fd, open) }
-            close(fd)
-            writer.indexFiles[path] = nil
-        }
-        if writer.indexFiles.count >= 64 { writer.indexFiles.values.forEach { close($0) }; writer.indexFiles = [:] }
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        if writer.indexFiles.count >= 64 { writer.indexFiles.values.forEach { close($0.fd) }; writer.indexFiles = [:] }
+        let fd = open(index.path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
-        guard let opened = inode(fd) else { close(fd); return nil }
-        writer.indexFiles[path] = fd
-        return (fd, opened)
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { close(fd); return nil }
+        writer.indexFiles[index.path] = (fd, UInt64(status.st_ino))
+        return (fd, UInt64(status.st_ino))
     }
 
     private func writeAndSync(_ bytes: [UInt8]) -> Failure? {

@@ -82,6 +82,11 @@ extension Journal {
         if activeMayHold { try await sealActive() }
         let result: Result<RemovalReport, Failure> = await withCheckedContinuation { continuation in
             Self.removals.async {
+                // Behind ingest's own work on the CPU: this thread at a lower priority (nice 10;
+                // on Linux `who` 0 is the calling thread) while it rewrites, and back after (the
+                // queue's threads are shared).
+                setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)
+                defer { setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 0) }
                 continuation.resume(returning: Result { () throws(Failure) -> RemovalReport in try self.rewriteSealed(removal) })
             }
         }
@@ -146,8 +151,9 @@ extension Journal {
         guard removed > 0 else { return nil }
 
         let rewrittenSegment = segment.path + ".rewrite", rewrittenIndex = index.path + ".rewrite"
-        try Self.writeSynced(output, to: rewrittenSegment)
-        try SegmentIndex.write(path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), offsets: newOffsets, keys: keys, entries: entries)
+        try Self.writeSynced(output, to: rewrittenSegment, paced: true)
+        try SegmentIndex.write(
+            path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), offsets: newOffsets, keys: keys, entries: entries, paced: true)
         // Both renames and the new index under the lock: a reader opens a segment's files under
         // it too, so it reads either the old pair or the new one.
         var newIndex = try SegmentIndex(path: rewrittenIndex)
@@ -175,16 +181,27 @@ extension Journal {
         return nil
     }
 
-    static func writeSynced(_ bytes: [UInt8], to path: String) throws(Failure) {
+    /// Writes and syncs a file. `paced` (for rewrites in the background, never on the writer
+    /// thread) writes it in pieces of 512 KB, each synced and followed by as long again idle:
+    /// ingest's own syncs then wait behind half a megabyte, not a whole segment (append p99 while
+    /// compacting 8.9–10.9 ms unpaced, 4.7–5.5 ms paced, in `drivebus-bench journal`).
+    static func writeSynced(_ bytes: [UInt8], to path: String, paced: Bool = false) throws(Failure) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
+        let piece = paced ? 512 << 10 : Int.max
         var done = 0
         while done < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, $0.count - done) }
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, min($0.count - done, piece)) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw .io("cannot write \(path): \(String(cString: strerror(errno)))") }
             done += n
+            if paced && done < bytes.count {
+                let started = ContinuousClock.now
+                guard fdatasync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
+                let took = started.duration(to: .now)
+                Thread.sleep(forTimeInterval: Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
+            }
         }
         guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
     }

@@ -18,7 +18,9 @@ import Glibc
 /// the other tables.
 struct SegmentIndex: Sendable {
     static let magic: UInt32 = 0x584A_4244  // "DBJX"
-    static let version: UInt32 = 1
+    /// 2 added the live records' time range; a version 1 file is read with its keys' range
+    /// in its place (the same until records are removed).
+    static let version: UInt32 = 2
     static let headerBytes = 128
     /// Keys per block: a lookup reads one block of 4 KiB.
     static let fenceSpacing = 256
@@ -71,8 +73,9 @@ struct SegmentIndex: Sendable {
     // MARK: Writing
 
     /// Writes the index of a segment: to a `.partial` file, synced, then renamed over `path`.
+    /// `paced`: see `Journal.writeSynced`.
     static func write(
-        path: String, firstSeq: UInt64, segmentBytes: Int64, offsets: [Int64], keys: [DedupKey], entries: [DeviceEntry]
+        path: String, firstSeq: UInt64, segmentBytes: Int64, offsets: [Int64], keys: [DedupKey], entries: [DeviceEntry], paced: Bool = false
     ) throws(Journal.Failure) {
         let digests = keys.map(\.digest).sorted()
         let times = keys.map(\.milliseconds)
@@ -116,17 +119,8 @@ struct SegmentIndex: Sendable {
         bytes.append(contentsOf: body)
 
         let partial = path + ".partial"
-        let fd = open(partial, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw .io("cannot create \(partial): \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, $0.count - done) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw .io("cannot write \(partial): \(String(cString: strerror(errno)))") }
-            done += n
-        }
-        guard fsync(fd) == 0, rename(partial, path) == 0 else { throw .io("cannot put \(path) in place: \(String(cString: strerror(errno)))") }
+        try Journal.writeSynced(bytes, to: partial, paced: paced)
+        guard rename(partial, path) == 0 else { throw .io("cannot put \(path) in place: \(String(cString: strerror(errno)))") }
         syncDirectory(of: path)
     }
 
@@ -159,14 +153,14 @@ struct SegmentIndex: Sendable {
         let raw = try Self.read(fd, at: 0, count: Self.headerBytes, path: path)
         func word(_ at: Int) -> UInt64 { raw.withUnsafeBytes { UInt64(littleEndian: $0.loadUnaligned(fromByteOffset: at, as: UInt64.self)) } }
         func half(_ at: Int) -> UInt32 { raw.withUnsafeBytes { UInt32(littleEndian: $0.loadUnaligned(fromByteOffset: at, as: UInt32.self)) } }
-        guard half(0) == Self.magic, half(4) == Self.version else { throw .corrupt("\(path) is not a journal index of version \(Self.version)") }
+        guard half(0) == Self.magic, half(4) == Self.version || half(4) == 1 else { throw .corrupt("\(path) is not a journal index of version \(Self.version)") }
         guard CRC32.checksum(raw[..<(Self.headerBytes - 4)]) == half(Self.headerBytes - 4) else { throw .corrupt("\(path): the header fails its checksum") }
         let counts = (1...6).map { word(8 * $0) }
         guard counts.allSatisfy({ $0 < 1 << 40 }) else { throw .corrupt("\(path): a count is out of range") }
         header = Header(
             firstSeq: counts[0], count: Int(counts[1]), segmentBytes: Int64(counts[2]), keyCount: Int(counts[3]), deviceCount: Int(counts[4]),
             entryCount: Int(counts[5]), minMilliseconds: Int64(bitPattern: word(56)), maxMilliseconds: Int64(bitPattern: word(64)),
-            liveMinMilliseconds: Int64(bitPattern: word(80)), liveMaxMilliseconds: Int64(bitPattern: word(88)))
+            liveMinMilliseconds: Int64(bitPattern: word(half(4) == 1 ? 56 : 80)), liveMaxMilliseconds: Int64(bitPattern: word(half(4) == 1 ? 64 : 88)))
         var status = stat()
         guard fstat(fd, &status) == 0, Int(status.st_size) == header.fileBytes else { throw .corrupt("\(path) is not as long as its header says") }
         inode = UInt64(status.st_ino)
