@@ -106,9 +106,12 @@ struct ImportBench: AsyncParsableCommand {
     }
 
     /// VmHWM from /proc/self/status (or another process's).
-    static func peakRSSMegabytes(status path: String = "/proc/self/status") -> Double? {
+    static func peakRSSMegabytes(status path: String = "/proc/self/status") -> Double? { statusMegabytes("VmHWM", status: path) }
+
+    /// A memory line of `/proc/<pid>/status` (`VmHWM`, `VmRSS`…), in MB.
+    static func statusMegabytes(_ field: String, status path: String = "/proc/self/status") -> Double? {
         guard let status = try? String(contentsOfFile: path, encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmHWM:") }),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
               let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
         else { return nil }
         return (kilobytes / 1024 * 10).rounded() / 10

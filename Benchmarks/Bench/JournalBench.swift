@@ -284,13 +284,7 @@ struct JournalBench: AsyncParsableCommand {
         return Double(records.count) / seconds(started.duration(to: .now))
     }
 
-    static func residentMegabytes(_ path: String = "/proc/self/status") -> Double {
-        guard let status = try? String(contentsOfFile: path, encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }),
-              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
-        else { return -1 }
-        return (kilobytes / 1024 * 10).rounded() / 10
-    }
+    static func residentMegabytes(_ path: String = "/proc/self/status") -> Double { ImportBench.statusMegabytes("VmRSS", status: path) ?? -1 }
 }
 
 extension BenchSystem {

@@ -219,19 +219,17 @@ public final class Journal: Sendable {
         guard fd >= 0 else { throw .io("cannot open \(activePath): \(String(cString: strerror(errno)))") }
         syncDirectory(of: activePath)
         var active = Active(path: activePath, firstSeq: expected)
-        var keys = Set<DedupKey>()
+        var contents = SegmentIndex.Contents()
         do {
             try RecordFormat.scan(fd: fd, chunkBytes: options.scanChunkBytes) { offset, entry in
-                if let (key, entry) = Self.indexing(topic: entry.topic, payload: entry.payload, record: active.offsets.count) {
-                    keys.insert(key)
-                    if let entry { active.entries.append(entry) }
-                }
-                active.offsets.append(offset)
+                contents.add(at: offset, topic: entry.topic, payload: entry.payload)
             } end: { active.end = $0 }
         } catch {
             close(fd)
             throw error
         }
+        (active.offsets, active.entries) = (contents.offsets, contents.entries)
+        let keys = Set(contents.keys)
         if ftruncate(fd, off_t(active.end)) != 0 || fsync(fd) != 0 {
             close(fd)
             throw .io("cannot truncate the torn tail of \(activePath): \(String(cString: strerror(errno)))")
@@ -271,23 +269,19 @@ public final class Journal: Sendable {
         defer { close(fd) }
 
         var firstSeq: UInt64 = 1, seq: UInt64 = 1
-        var bytes: [UInt8] = [], offsets: [Int64] = [], keys: [DedupKey] = [], entries: [SegmentIndex.DeviceEntry] = []
+        var bytes: [UInt8] = [], contents = SegmentIndex.Contents()
         func writeSegment(sealed: Bool) throws(Failure) {
             let path = staging + "/" + segmentName(firstSeq: firstSeq)
             try writeSynced(bytes, to: path)
             if sealed {
-                try SegmentIndex.write(path: indexPath(of: path), firstSeq: firstSeq, segmentBytes: Int64(bytes.count), offsets: offsets, keys: keys, entries: entries)
+                try SegmentIndex.write(path: indexPath(of: path), firstSeq: firstSeq, segmentBytes: Int64(bytes.count), contents: contents)
             }
-            (firstSeq, bytes, offsets, keys, entries) = (seq, [], [], [], [])
+            (firstSeq, bytes, contents) = (seq, [], SegmentIndex.Contents())
         }
         // A torn tail is left out, as opening the file would cut it; damage before good records
         // stops the adoption, and ingest with it, naming the byte.
         try RecordFormat.scan(fd: fd, chunkBytes: 8 << 20) { _, record throws(Failure) in
-            if let (key, entry) = indexing(topic: record.topic, payload: record.payload, record: offsets.count) {
-                keys.append(key)
-                if let entry { entries.append(entry) }
-            }
-            offsets.append(Int64(bytes.count))
+            contents.add(at: Int64(bytes.count), topic: record.topic, payload: record.payload)
             _ = RecordFormat.append(Entry(seq: seq, topic: record.topic, payload: record.payload), to: &bytes)
             seq += 1
             if Int64(bytes.count) >= segmentBytes { try writeSegment(sealed: true) }
@@ -655,15 +649,7 @@ public final class Journal: Sendable {
     }
 
     private func writeAndSync(_ bytes: [UInt8]) -> Failure? {
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { write(writer.fd, $0.baseAddress! + done, $0.count - done) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return .io(String(cString: strerror(errno)))
-            }
-            done += n
-        }
+        if let error = bytes.withUnsafeBytes({ writeFully(writer.fd, $0) }) { return .io(String(cString: strerror(error))) }
         guard fdatasync(writer.fd) == 0 else { return .io("fdatasync: \(String(cString: strerror(errno)))") }
         return nil
     }
@@ -678,8 +664,8 @@ public final class Journal: Sendable {
         let indexPath = Self.indexPath(of: active.path)
         do {
             try SegmentIndex.write(
-                path: indexPath, firstSeq: active.firstSeq, segmentBytes: active.end, offsets: active.offsets, keys: Array(writer.keys),
-                entries: active.entries)
+                path: indexPath, firstSeq: active.firstSeq, segmentBytes: active.end,
+                contents: .init(offsets: active.offsets, keys: Array(writer.keys), entries: active.entries))
             let index = try SegmentIndex(path: indexPath)
             let nextPath = path + "/" + Self.segmentName(firstSeq: active.endSeq)
             let fd = open(nextPath, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
@@ -739,16 +725,10 @@ public final class Journal: Sendable {
         let fd = open(segmentPath, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { throw .io("cannot open \(segmentPath): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        var offsets: [Int64] = []
-        var keys: [DedupKey] = []
-        var entries: [SegmentIndex.DeviceEntry] = []
+        var contents = SegmentIndex.Contents()
         var end: Int64 = 0
         try RecordFormat.scan(fd: fd, chunkBytes: 8 << 20) { offset, entry in
-            if let (key, entry) = indexing(topic: entry.topic, payload: entry.payload, record: offsets.count) {
-                keys.append(key)
-                if let entry { entries.append(entry) }
-            }
-            offsets.append(offset)
+            contents.add(at: offset, topic: entry.topic, payload: entry.payload)
         } end: { end = $0 }
         guard end == Int64(status.st_size) || allowTornTail else { throw .corrupt("\(segmentPath) ends in a torn record, but later segments follow it") }
         if end < Int64(status.st_size) {
@@ -762,10 +742,23 @@ public final class Journal: Sendable {
             close(writable)
         }
         guard let firstSeq = UInt64(((segmentPath as NSString).lastPathComponent).dropLast(4)) else { throw .corrupt("\(segmentPath): not a segment name") }
-        try SegmentIndex.write(path: indexPath, firstSeq: firstSeq, segmentBytes: end, offsets: offsets, keys: keys, entries: entries)
+        try SegmentIndex.write(path: indexPath, firstSeq: firstSeq, segmentBytes: end, contents: contents)
         return try SegmentIndex(path: indexPath)
     }
 
+}
+
+/// Writes all of `bytes` at the file's position (retrying short writes and interruptions);
+/// the `errno` of a failure, nil on success.
+func writeFully(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int32? {
+    var done = 0
+    while done < bytes.count {
+        let n = write(fd, bytes.baseAddress! + done, bytes.count - done)
+        if n < 0 && errno == EINTR { continue }
+        guard n > 0 else { return n < 0 ? errno : EIO }
+        done += n
+    }
+    return nil
 }
 
 /// The records' format: `[u32 length][u32 crc32][topic "\n" payload JSON]`, little-endian.

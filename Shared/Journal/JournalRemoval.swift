@@ -125,35 +125,32 @@ extension Journal {
         let bytes = try SegmentIndex.read(segment.segmentFD, at: 0, count: Int(header.segmentBytes), path: segment.path)
         var output: [UInt8] = []
         output.reserveCapacity(bytes.count)
-        var newOffsets: [Int64] = []
-        newOffsets.reserveCapacity(header.count)
-        var keys: [DedupKey] = []
-        var entries: [SegmentIndex.DeviceEntry] = []
+        var contents = SegmentIndex.Contents()
+        contents.offsets.reserveCapacity(header.count)
         var removed = 0
         for record in 0..<header.count {
             let found = bytes.withUnsafeBytes { raw in RecordFormat.record(UnsafeRawBufferPointer(rebasing: raw[Int(offsets[record])..<Int(offsets[record + 1])])) }
             guard var (topic, payload) = found else { throw .corrupt("\(segment.path): the record at byte \(offsets[record]) fails its checksum") }
             let seq = header.firstSeq + UInt64(record)
-            if let (key, _) = Self.indexing(topic: topic, payload: payload, record: record), !RemovedRecord.isRemoved(topic: topic),
+            // Each record is decoded once: a stand-in's index part follows from the record's
+            // (its key, kept unless forgotten, and no place in the index by device and time).
+            var indexed = Self.indexing(topic: topic, payload: payload, record: record)
+            if let (key, _) = indexed, !RemovedRecord.isRemoved(topic: topic),
                let (type, device) = Self.typeAndDevice(topic), removal.types.contains(type),
                removal.device == nil || removal.device == device, low <= key.milliseconds, key.milliseconds <= high {
                 topic = RemovedRecord.type + "." + device
                 payload = RemovedRecord.payload(seq: seq, removedType: type, key: key, keepKey: !removal.forgetKeys)
+                indexed = removal.forgetKeys ? nil : (key, nil)
                 removed += 1
             }
-            newOffsets.append(Int64(output.count))
+            contents.add(at: Int64(output.count), indexed)
             _ = RecordFormat.append(Entry(seq: seq, topic: topic, payload: payload), to: &output)
-            if let (key, entry) = Self.indexing(topic: topic, payload: payload, record: record) {
-                keys.append(key)
-                if let entry { entries.append(entry) }
-            }
         }
         guard removed > 0 else { return nil }
 
         let rewrittenSegment = segment.path + ".rewrite", rewrittenIndex = index.path + ".rewrite"
         try Self.writeSynced(output, to: rewrittenSegment, paced: true)
-        try SegmentIndex.write(
-            path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), offsets: newOffsets, keys: keys, entries: entries, paced: true)
+        try SegmentIndex.write(path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), contents: contents, paced: true)
         // Both renames and the new index under the lock: a reader opens a segment's files under
         // it too, so it reads either the old pair or the new one.
         var newIndex = try SegmentIndex(path: rewrittenIndex)
@@ -189,14 +186,13 @@ extension Journal {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        let piece = paced ? 512 << 10 : Int.max
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + done, min($0.count - done, piece)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { throw .io("cannot write \(path): \(String(cString: strerror(errno)))") }
-            done += n
-            if paced && done < bytes.count {
+        let piece = paced ? 512 << 10 : max(bytes.count, 1)
+        for start in stride(from: 0, to: bytes.count, by: piece) {
+            let end = min(start + piece, bytes.count)
+            if let error = bytes.withUnsafeBytes({ writeFully(fd, UnsafeRawBufferPointer(rebasing: $0[start..<end])) }) {
+                throw .io("cannot write \(path): \(String(cString: strerror(error)))")
+            }
+            if paced && end < bytes.count {
                 let started = ContinuousClock.now
                 guard fdatasync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
                 let took = started.duration(to: .now)

@@ -61,6 +61,26 @@ struct SegmentIndex: Sendable {
         var record: UInt32
     }
 
+    /// What an index is made of, gathered record by record as a segment is read or written.
+    struct Contents {
+        var offsets: [Int64] = []
+        var keys: [DedupKey] = []
+        var entries: [DeviceEntry] = []
+
+        /// The next record: where it starts, and what `Journal.indexing` made of it.
+        mutating func add(at offset: Int64, _ indexed: (DedupKey, DeviceEntry?)?) {
+            if let (key, entry) = indexed {
+                keys.append(key)
+                if let entry { entries.append(entry) }
+            }
+            offsets.append(offset)
+        }
+
+        mutating func add(at offset: Int64, topic: String, payload: [UInt8]) {
+            add(at: offset, Journal.indexing(topic: topic, payload: payload, record: offsets.count))
+        }
+    }
+
     /// Where the index is (set when a rewritten index is moved in place of the old one).
     var path: String
     let header: Header
@@ -74,9 +94,8 @@ struct SegmentIndex: Sendable {
 
     /// Writes the index of a segment: to a `.partial` file, synced, then renamed over `path`.
     /// `paced`: see `Journal.writeSynced`.
-    static func write(
-        path: String, firstSeq: UInt64, segmentBytes: Int64, offsets: [Int64], keys: [DedupKey], entries: [DeviceEntry], paced: Bool = false
-    ) throws(Journal.Failure) {
+    static func write(path: String, firstSeq: UInt64, segmentBytes: Int64, contents: Contents, paced: Bool = false) throws(Journal.Failure) {
+        let (offsets, keys, entries) = (contents.offsets, contents.keys, contents.entries)
         let digests = keys.map(\.digest).sorted()
         let times = keys.map(\.milliseconds)
         let sortedEntries = entries.sorted { ($0.deviceHash, $0.milliseconds, $0.record) < ($1.deviceHash, $1.milliseconds, $1.record) }
