@@ -33,15 +33,7 @@ import Testing
     }
 
     func system(_ dir: TempDir, _ name: String) throws -> (path: String, config: DrivebusConfig, ingest: Int, stats: Int) {
-        let ports = freePorts(2)
-        let yaml = """
-            state_dir: \(dir.path)/\(name)
-            heartbeat_interval_s: 0.2
-            devices: [{id: car, token: car-token-0123456789}]
-            ingest: {listen: "127.0.0.1:\(ports[0])"}
-            stats: {listen: "127.0.0.1:\(ports[1])"}
-            """
-        return (dir.file("\(name).yaml", yaml), try DrivebusConfig.parse(yaml: yaml), ports[0], ports[1])
+        try testSystem(dir, name)
     }
 
     func csv(_ port: Int) async throws -> [Substring] {
@@ -106,6 +98,23 @@ import Testing
     }
 }
 
+/// A config for ingest and stats on free loopback ports, with state in `dir/name`, the devices
+/// given (each with the token `<id>-token-0123456789`) and `extra` lines; written to `name.yaml`.
+private func testSystem(_ dir: TempDir, _ name: String, devices: [String] = ["car"], extra: String = "") throws
+    -> (path: String, config: DrivebusConfig, ingest: Int, stats: Int)
+{
+    let ports = freePorts(2)
+    let yaml = """
+        state_dir: \(dir.path)/\(name)
+        heartbeat_interval_s: 0.2
+        devices: [\(devices.map { "{id: \($0), token: \($0)-token-0123456789}" }.joined(separator: ", "))]
+        ingest: {listen: "127.0.0.1:\(ports[0])"}
+        stats: {listen: "127.0.0.1:\(ports[1])"}
+        \(extra)
+        """
+    return (dir.file("\(name).yaml", yaml), try DrivebusConfig.parse(yaml: yaml), ports[0], ports[1])
+}
+
 /// The records of a journal: its segments' bytes, in seq order.
 private func segmentBytes(_ directory: String) throws -> Data {
     let names = try FileManager.default.contentsOfDirectory(atPath: directory).filter { $0.hasSuffix(".seg") }.sorted()
@@ -127,16 +136,8 @@ private func segmentBytes(_ directory: String) throws -> Data {
 
     @Test func aDayOfOneDeviceIsPurgedFromTheJournalAndStatsAndNothingElse() async throws {
         let dir = TempDir()
-        let ports = freePorts(2)
-        let yaml = """
-            state_dir: \(dir.path)/state
-            heartbeat_interval_s: 0.2
-            devices: [{id: car, token: car-token-0123456789}, {id: bike, token: bike-token-0123456789}]
-            ingest: {listen: "127.0.0.1:\(ports[0])"}
-            stats: {listen: "127.0.0.1:\(ports[1])"}
-            """
-        let path = dir.file("drivebus.yaml", yaml)
-        let config = try DrivebusConfig.parse(yaml: yaml)
+        let (path, config, ingestPort, statsPort) = try testSystem(dir, "state", devices: ["car", "bike"])
+        let ports = [ingestPort, statsPort]
         let children = try ["drivebus-bus", "drivebus-ingest", "drivebus-stats"].map { try Child($0, ["--config", path]) }
         defer { for child in children { child.signal(SIGKILL) } }
         try await waitUntilLive(.stats, config: config)
@@ -182,17 +183,8 @@ private func segmentBytes(_ directory: String) throws -> Data {
 @Suite(.serialized) struct RetentionSystemTests {
     @Test func fixesOlderThanTheRetentionGoAtStartAndTheRestStay() async throws {
         let dir = TempDir()
-        let ports = freePorts(2)
-        let yaml = """
-            state_dir: \(dir.path)/state
-            heartbeat_interval_s: 0.2
-            devices: [{id: car, token: car-token-0123456789}]
-            ingest: {listen: "127.0.0.1:\(ports[0])"}
-            stats: {listen: "127.0.0.1:\(ports[1])"}
-            retention: {raw_fixes_days: 1}
-            """
-        let path = dir.file("drivebus.yaml", yaml)
-        let config = try DrivebusConfig.parse(yaml: yaml)
+        let (path, config, ingestPort, statsPort) = try testSystem(dir, "state", extra: "retention: {raw_fixes_days: 1}")
+        let ports = [ingestPort, statsPort]
         func start(_ names: [String]) throws -> [Child] { try names.map { try Child($0, ["--config", path]) } }
         let bus = try start(["drivebus-bus"])
         var services = try start(["drivebus-ingest", "drivebus-stats"])
