@@ -149,9 +149,11 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
             if let target, from > target { return }
             let page: (records: [Record], lastSeq: UInt64)
             do {
-                page = try await source.replay(bus, from, pageSize)
+                // A stopping consumer does not wait out the request's timeout for a source that is down.
+                page = try await cancelWhenGracefulShutdown { try await source.replay(bus, from, pageSize) }
                 attempt = 0
             } catch {
+                if Task.isShuttingDownGracefully { return }
                 // The source may be starting too: wait for it rather than give up. Meanwhile the
                 // consumer's clock goes on deciding, as it would with no replay under way.
                 attempt += 1

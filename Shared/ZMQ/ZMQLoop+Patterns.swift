@@ -111,47 +111,66 @@ extension ZMQLoop {
     }
 
     /// Sends one request to a REP or ROUTER peer and waits up to `timeout` for the reply. Each call
-    /// uses a fresh REQ socket, so a lost reply never wedges later calls.
+    /// uses a fresh REQ socket, so a lost reply never wedges later calls. Cancelling the task ends
+    /// the wait at once with `CancellationError` (a service stopping does not wait out the timeout).
     public func request(_ endpoint: ZMQEndpoint, body: [UInt8], timeout: Duration) async throws -> [UInt8] {
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
-            executeOrFail { io in
-                guard let io else { return continuation.resume(throwing: ZMQLoop.LoopError.stopped) }
-                do {
-                    let socket = try ZMQSocket(io.context, .req)
-                    if let curve = endpoint.curve { try socket.setCurve(curve) }
-                    try socket.connect(endpoint.address)
-                    guard try socket.send([body]) else {
-                        throw ZMQError(errno: EAGAIN, operation: "request", endpoint: endpoint.address)
-                    }
-                    var outcome: Result<[UInt8], any Error>?
-                    var id: SocketID?
-                    // Closing the socket resumes the caller, exactly once: on the reply, on a
-                    // timeout, or when the loop stops.
-                    id = io.register(
-                        socket,
-                        onReadable: { socket in
-                            do {
-                                guard let reply = try socket.receive() else { return }
-                                outcome = .success(reply.last ?? [])
-                            } catch {
-                                outcome = .failure(error)
-                            }
-                            if let id { io.close(id) }
-                        },
-                        onClose: {
-                            continuation.resume(with: outcome ?? .failure(ZMQLoop.LoopError.stopped))
+        let pending = PendingRequest()
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<[UInt8], any Error>) in
+                executeOrFail { io in
+                    guard let io else { return continuation.resume(throwing: ZMQLoop.LoopError.stopped) }
+                    guard !pending.cancelled else { return continuation.resume(throwing: CancellationError()) }
+                    do {
+                        let socket = try ZMQSocket(io.context, .req)
+                        if let curve = endpoint.curve { try socket.setCurve(curve) }
+                        try socket.connect(endpoint.address)
+                        guard try socket.send([body]) else {
+                            throw ZMQError(errno: EAGAIN, operation: "request", endpoint: endpoint.address)
                         }
-                    )
-                    io.schedule(after: timeout) {
-                        guard let id, io.socket(id) != nil else { return }
-                        outcome = .failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address))
-                        io.close(id)
+                        // Closing the socket resumes the caller, exactly once: on the reply, on a
+                        // timeout, on cancellation, or when the loop stops.
+                        pending.socket = io.register(
+                            socket,
+                            onReadable: { socket in
+                                do {
+                                    guard let reply = try socket.receive() else { return }
+                                    pending.finish(.success(reply.last ?? []), io)
+                                } catch {
+                                    pending.finish(.failure(error), io)
+                                }
+                            },
+                            onClose: {
+                                continuation.resume(with: pending.outcome ?? .failure(ZMQLoop.LoopError.stopped))
+                            }
+                        )
+                        io.schedule(after: timeout) {
+                            pending.finish(.failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address)), io)
+                        }
+                    } catch {
+                        continuation.resume(throwing: error)
                     }
-                } catch {
-                    continuation.resume(throwing: error)
                 }
             }
+        } onCancel: {
+            executeOrFail { io in
+                pending.cancelled = true
+                if let io { pending.finish(.failure(CancellationError()), io) }
+            }
         }
+    }
+}
+
+/// One `request` in flight. Touched only on the loop's thread, so it needs no lock.
+private final class PendingRequest: @unchecked Sendable {
+    var socket: ZMQLoop.SocketID?
+    var outcome: Result<[UInt8], any Error>?
+    var cancelled = false
+
+    /// Records the first outcome and closes the socket, which resumes the caller.
+    func finish(_ result: Result<[UInt8], any Error>, _ io: ZMQLoop.IO) {
+        guard let socket, io.socket(socket) != nil, outcome == nil else { return }
+        outcome = result
+        io.close(socket)
     }
 }
 

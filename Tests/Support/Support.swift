@@ -1,3 +1,4 @@
+import Synchronization
 import DrivebusConfiguration
 import DrivebusKit
 import Foundation
@@ -240,14 +241,23 @@ public final class WebhookReceiver: @unchecked Sendable {
 }
 
 /// Waits until `service` answers `health` with `ok`: started and caught up with the journal, so
-/// that what is sent from now on reaches it live.
-public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig) async throws {
+/// that what is sent from now on reaches it live. The deadline is generous because CI starts every
+/// suite's processes at once on two cores; a timeout says what the service last answered.
+public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig, within timeout: Duration = .seconds(60)) async throws {
     let client = BusClient(settings: config.process, name: "test-wait")
-    let live = await eventually(within: .seconds(20)) {
-        (try? await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .milliseconds(300)))?.status == "ok"
+    let last = Mutex("no answer yet")
+    let live = await eventually(within: timeout) {
+        do {
+            let reply = try await client.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(1))
+            last.withLock { $0 = "status \(reply.status), last_seq \(reply.lastSeq)" }
+            return reply.status == "ok"
+        } catch {
+            last.withLock { $0 = "\(error)" }
+            return false
+        }
     }
     await client.shutdown()
-    guard live else { throw Timeout(description: "\(service) did not become live") }
+    guard live else { throw Timeout(description: "\(service) did not become live within \(timeout): \(last.withLock { $0 })") }
 }
 
 /// Waits until `service` has processed everything in ingest's journal so far.
