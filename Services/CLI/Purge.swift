@@ -6,10 +6,11 @@ import StatsStore
 
 struct Purge: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Delete a device's data between two times: from the journal and from stats (docs/data.md).",
+        abstract: "Delete a device's data between two times: from the journal, the services' events and stats (docs/data.md).",
         discussion: """
             The system must be running: the journal is ingest's. Purged fixes become stand-ins in the journal \
-            (their seqs stay, so every service's position stays valid), and stats deletes the fixes, trips, \
+            (their seqs stay, so every service's position stays valid), so do the events the services derived \
+            from them (trips, scores, zone crossings, gate calls, check-outs), and stats deletes the fixes, trips, \
             scores, map tiles, stays, zone crossings, gate calls and check-outs of the range. A purged fix that \
             an old client sends again is a duplicate and is not stored, unless --resend-ok.
             """)
@@ -36,14 +37,13 @@ struct Purge: AsyncParsableCommand {
         print("drivebus purge: \(device) from \(RFC3339.format(start)) to \(RFC3339.format(end))")
 
         let bus = BusClient(settings: config.process, name: "purge")
+        defer { Task { await bus.shutdown() } }
         let journal: IngestRPCMessages.Purged
         do {
             journal = try await bus.call(.ingest, IngestRPCMessages.Purge(device: device, from: start, to: end, resendOK: resendOK), as: IngestRPCMessages.Purged.self, timeout: .seconds(600))
-            await bus.shutdown()
         } catch {
-            await bus.shutdown()
             throw Self.refusal("""
-                the journal may not have been purged (\(error)); stats was not touched. Is the system running? \
+                the journal may not have been purged (\(error)); nothing else was touched. Is the system running? \
                 The same command again is safe: what was purged stays purged, and the rest is done.
                 """, code: 1)
         }
@@ -53,6 +53,22 @@ struct Purge: AsyncParsableCommand {
         } else {
             print("  journal: \(journal.records) records in \(journal.segments) segment\(journal.segments == 1 ? "" : "s") (\(megabytes(journal.bytesBefore)) → \(megabytes(journal.bytesAfter)))"
                 + (resendOK ? "; a client may send them again" : "; a client's resend of them stays a duplicate"))
+        }
+
+        // What the services derived from it, in their event journals (and geofence's outbox).
+        var unreached: [String] = []
+        for service in [ServiceName.trips, .scorer, .geofence, .checkout] {
+            do {
+                // A service that is down would leave the purge waiting for its long timeout.
+                _ = try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(3))
+                let purged = try await bus.call(
+                    service, EventsRPCMessages.Purge(device: device, from: start, to: end), as: EventsRPCMessages.Purged.self, timeout: .seconds(600))
+                let elsewhere = purged.rows.sorted { $0.key < $1.key }.map { ", \($0.key) \($0.value)" }.joined()
+                print("  \(service.rawValue).events: \(purged.events) event\(purged.events == 1 ? "" : "s")\(elsewhere)")
+            } catch {
+                print("  \(service.rawValue).events: not purged (\(error))")
+                unreached.append(service.rawValue)
+            }
         }
 
         let database = config.layout.dataDir + "/drivebus.sqlite"
@@ -71,7 +87,9 @@ struct Purge: AsyncParsableCommand {
             throw Self.refusal("the journal was purged, stats was not (\(error)): run the same command again", code: 1)
         }
         print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
-        print("  kept: the services' event journals (STATE/data/*.events) still hold what they derived then, which stats has already read")
+        guard unreached.isEmpty else {
+            throw Self.refusal("\(unreached.joined(separator: ", ")) did not answer: run the same command again once it runs", code: 1)
+        }
     }
 
     /// An RFC 3339 time, or a day: its first millisecond, or its last.

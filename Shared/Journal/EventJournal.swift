@@ -47,7 +47,9 @@ public final class EventJournal: Sendable {
     }
 
     public let path: String
-    private let fd: Int32
+    /// The open file. Replaced by `remove`; every read and write runs on `queue`, as does that.
+    private let file: Mutex<Int32>
+    private var fd: Int32 { file.withLock { $0 } }
     private let state: Mutex<State>
     private let queue: DispatchQueue
 
@@ -58,7 +60,7 @@ public final class EventJournal: Sendable {
         guard fd >= 0 else { throw .io("cannot open \(path): \(String(cString: strerror(errno)))") }
         var state = State()
         do throws(Failure) {
-            try Self.scan(fd: fd) { (offset, event) throws(Failure) in
+            try Self.scan(fd: fd) { (offset, _, event) throws(Failure) in
                 guard event.seq == state.lastSeq + 1 else {
                     throw .corrupt("\(path): event seq \(event.seq) follows \(state.lastSeq)")
                 }
@@ -73,7 +75,7 @@ public final class EventJournal: Sendable {
             close(fd)
             throw .io("cannot cut the torn tail of \(path): \(String(cString: strerror(errno)))")
         }
-        self.fd = fd
+        file = Mutex(fd)
         self.state = Mutex(state)
         queue = DispatchQueue(label: "drivebus.event-journal")
     }
@@ -164,10 +166,107 @@ public final class EventJournal: Sendable {
         return events
     }
 
+    /// What `remove` did.
+    public struct Removal: Sendable, Equatable {
+        /// Events that became stand-ins.
+        public var events = 0
+        public var bytesBefore: Int64 = 0
+        public var bytesAfter: Int64 = 0
+    }
+
+    /// Replaces `device`'s events about `from...to` (by the times in their payloads,
+    /// `LoggedEvent.span`) with stand-ins of the same seq, id and time: type `removed`, payload
+    /// `{"removed":"<type>"}`. The journal stays numbered 1, 2, 3…, a follower's position stays
+    /// valid, and an event derived again is still known by its id and not journaled twice.
+    ///
+    /// The file is written again beside the old one (`.rewrite`, synced) and renamed over it, on
+    /// the journal's queue: appends and reads wait meanwhile, and a crash leaves the old file or
+    /// the new one (a leftover `.rewrite` is overwritten by the next removal).
+    public func remove(device: String, from: Date, to: Date) async throws(Failure) -> Removal {
+        let result: Result<Removal, Failure> = await withCheckedContinuation { continuation in
+            queue.async {
+                do throws(Failure) {
+                    continuation.resume(returning: .success(try self.removeNow(device: device, range: from...to)))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        return try result.get()
+    }
+
+    private func removeNow(device: String, range: ClosedRange<Date>) throws(Failure) -> Removal {
+        let oldFD = fd
+        let rewrite = path + ".rewrite"
+        let out = open(rewrite, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
+        guard out >= 0 else { throw .io("cannot create \(rewrite): \(String(cString: strerror(errno)))") }
+        var removal = Removal()
+        var offsets: [Int64] = []
+        var pending: [UInt8] = []
+        var written: Int64 = 0
+        func flush() throws(Failure) {
+            let count = pending.withUnsafeBytes { write(out, $0.baseAddress, $0.count) }
+            guard count == pending.count else { throw .io("\(rewrite): \(String(cString: strerror(errno)))") }
+            written += Int64(count)
+            pending.removeAll(keepingCapacity: true)
+        }
+        do throws(Failure) {
+            try Self.scan(fd: oldFD) { (_, line, event) throws(Failure) in
+                offsets.append(written + Int64(pending.count))
+                if event.device == device, event.type != LoggedEvent.removedType, let span = event.span, span.overlaps(range) {
+                    LoggedEvent(seq: event.seq, type: LoggedEvent.removedType, device: device, id: event.id, time: event.time,
+                                payload: Array(#"{"removed":"\#(event.type)"}"#.utf8)).writeLine(to: &pending)
+                    removal.events += 1
+                } else {
+                    pending.append(contentsOf: line)
+                    pending.append(UInt8(ascii: "\n"))
+                }
+                if pending.count >= 1 << 20 { try flush() }
+            } end: { removal.bytesBefore = $0 }
+            try flush()
+            guard removal.events > 0 else {
+                close(out)
+                unlink(rewrite)
+                removal.bytesAfter = removal.bytesBefore
+                return removal
+            }
+            guard fsync(out) == 0 else { throw .io("\(rewrite): \(String(cString: strerror(errno)))") }
+        } catch {
+            close(out)
+            unlink(rewrite)
+            throw error
+        }
+        close(out)
+        let newFD = open(rewrite, O_RDWR | O_APPEND | O_CLOEXEC)
+        guard newFD >= 0, rename(rewrite, path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            if newFD >= 0 { close(newFD) }
+            unlink(rewrite)
+            throw .io("cannot replace \(path): \(reason)")
+        }
+        Self.syncDirectory(of: path)
+        file.withLock { $0 = newFD }
+        state.withLock { state in
+            state.offsets = offsets
+            state.end = written
+        }
+        close(oldFD)
+        removal.bytesAfter = written
+        return removal
+    }
+
+    /// Makes a rename in the file's directory durable.
+    private static func syncDirectory(of path: String) {
+        let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { return }
+        fsync(directory)
+        close(directory)
+    }
+
     /// Reads every complete line; what follows the last newline is a torn tail, where the file
     /// is cut.
     private static func scan(
-        fd: Int32, _ body: (Int64, LoggedEvent) throws(Failure) -> Void, end: (Int64) -> Void
+        fd: Int32, _ body: (Int64, ArraySlice<UInt8>, LoggedEvent) throws(Failure) -> Void, end: (Int64) -> Void
     ) throws(Failure) {
         var offset: Int64 = 0
         var carry: [UInt8] = []
@@ -185,12 +284,29 @@ public final class EventJournal: Sendable {
                 guard let event = LoggedEvent(line: carry[lineStart..<newline]) else {
                     throw .corrupt("unreadable line at byte \(offset)")
                 }
-                try body(offset, event)
+                try body(offset, carry[lineStart..<newline], event)
                 offset += Int64(newline - lineStart + 1)
                 lineStart = newline + 1
             }
             carry.removeFirst(lineStart)
         }
         end(offset)
+    }
+}
+
+extension LoggedEvent {
+    /// The payload's fields that say when what it describes happened.
+    static let timeFields = ["time", "start_time", "end_time", "checkin_time", "checkout_time", "last_time"]
+
+    /// When what the event describes happened, from its payload's times (a trip's start to its
+    /// end, a crossing's moment); nil if it names none. Not `time`, which is when it was derived.
+    public var span: ClosedRange<Date>? {
+        guard case .object(let object)? = try? JSONValue.parse(payload) else { return nil }
+        let times = Self.timeFields.compactMap { field -> Date? in
+            guard case .string(let text)? = object[field] else { return nil }
+            return RFC3339.parse(text)
+        }
+        guard let first = times.min(), let last = times.max() else { return nil }
+        return first...last
     }
 }

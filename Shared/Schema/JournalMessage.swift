@@ -140,6 +140,9 @@ public struct LoggedEvent: Sendable, Equatable {
 
     /// The bus topic it was published on.
     public var topic: String { Topic.make(type, device: device) }
+
+    /// The type of a purged event's stand-in (`EventJournal.remove`). Followers skip it.
+    public static let removedType = "removed"
 }
 
 /// Cores leave their configuration out of their checkpoints: a checkpoint holds state only, so

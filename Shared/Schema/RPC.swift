@@ -108,3 +108,40 @@ public struct HealthReply: Codable, Sendable, Equatable {
         case lastSeq = "last_seq"
     }
 }
+
+/// The RPC ops every service with an event journal answers besides `events` (`EventLog`).
+public enum EventsRPCMessages {
+    /// `purge_events`: a device's events about the times between `from` and `to` become
+    /// stand-ins in the service's event journal (docs/data.md).
+    public struct Purge: Codable, Sendable {
+        public var op = "purge_events"
+        public var device: String
+        public var from: Date
+        public var to: Date
+        public init(device: String, from: Date, to: Date) {
+            self.device = device
+            self.from = from
+            self.to = to
+        }
+    }
+
+    /// What `purge_events` did: `rows` counts what the service removed besides its event
+    /// journal (geofence: `outbox`), by table.
+    public struct Purged: Codable, Sendable, Equatable {
+        public var events: Int
+        public var bytesBefore: Int64
+        public var bytesAfter: Int64
+        public var rows: [String: Int]
+        enum CodingKeys: String, CodingKey {
+            case events, rows
+            case bytesBefore = "bytes_before"
+            case bytesAfter = "bytes_after"
+        }
+        public init(events: Int, bytesBefore: Int64, bytesAfter: Int64, rows: [String: Int] = [:]) {
+            self.events = events
+            self.bytesBefore = bytesBefore
+            self.bytesAfter = bytesAfter
+            self.rows = rows
+        }
+    }
+}

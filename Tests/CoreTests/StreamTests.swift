@@ -140,6 +140,48 @@ import Testing
         #expect(LoggedEvent(line: Array(#"{"seq":7,"type":"trip.ended","id":"a","time":"2026-01-01T00:00:00.000Z","payload":{}}"#.utf8)[...])?.seq == 7)
     }
 
+    @Test func aPurgeTurnsADevicesEventsAboutTheRangeIntoStandInsAndNothingElse() async throws {
+        let dir = TempDir()
+        let path = dir.path + "/t.events"
+        let journal = try EventJournal(path: path)
+        let derived = Date(timeIntervalSince1970: 1_763_000_000)
+        func at(_ id: String, _ type: String, _ device: String, _ times: [String: String]) throws -> DerivedEvent {
+            try DerivedEvent(type: type, device: device, id: id, payload: times.merging(["id": id]) { own, _ in own })
+        }
+        _ = try await journal.append([
+            // A trip of the night before that ends on the day overlaps it; one of the day before does not.
+            at("night", "trip.ended", "car", ["start_time": "2025-11-12T23:40:00.000Z", "end_time": "2025-11-13T00:10:00.000Z"]),
+            at("before", "trip.ended", "car", ["start_time": "2025-11-12T08:00:00.000Z", "end_time": "2025-11-12T09:00:00.000Z"]),
+            at("enter", "geofence.enter", "car", ["time": "2025-11-13T12:00:00.000Z"]),
+            at("bike", "geofence.enter", "bike", ["time": "2025-11-13T12:00:00.000Z"]),
+            at("next", "taxi.checkout", "car", ["checkin_time": "2025-11-14T00:00:00.000Z", "checkout_time": "2025-11-14T00:20:00.000Z"]),
+            at("timeless", "drive.note", "car", [:]),
+        ], time: derived)
+        let before = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        let day = RFC3339.parse("2025-11-13T00:00:00Z")!...RFC3339.parse("2025-11-13T23:59:59.999Z")!
+
+        let removal = try await journal.remove(device: "car", from: day.lowerBound, to: day.upperBound)
+        #expect(removal.events == 2)
+        #expect(removal.bytesBefore == Int64(before.map { $0.utf8.count + 1 }.reduce(0, +)))
+        let after = try String(contentsOfFile: path, encoding: .utf8).split(separator: "\n")
+        #expect(removal.bytesAfter == Int64(after.map { $0.utf8.count + 1 }.reduce(0, +)))
+        #expect(after.count == 6)
+        #expect(after[0] == #"{"seq":1,"type":"removed","device":"car","id":"night","time":"2025-11-13T02:13:20.000Z","payload":{"removed":"trip.ended"}}"#)
+        #expect(after[2] == #"{"seq":3,"type":"removed","device":"car","id":"enter","time":"2025-11-13T02:13:20.000Z","payload":{"removed":"geofence.enter"}}"#)
+        for kept in [1, 3, 4, 5] { #expect(after[kept] == before[kept]) }
+
+        // Read back through the swapped file, seqs and offsets as before; an event derived again
+        // is known by its id; the next append follows on.
+        #expect(try await journal.read(fromSeq: 2, limit: 3).map(\.id) == ["before", "enter", "bike"])
+        #expect(try await journal.append([at("enter", "geofence.enter", "car", ["time": "2025-11-13T12:00:00.000Z"])], time: derived).isEmpty)
+        #expect(try await journal.append([at("later", "geofence.exit", "car", ["time": "2025-11-15T12:00:00.000Z"])], time: derived).map(\.seq) == [7])
+        let reopened = try EventJournal(path: path)
+        #expect(try await reopened.read(fromSeq: 1, limit: 10).map(\.type) == ["removed", "trip.ended", "removed", "geofence.enter", "taxi.checkout", "drive.note", "geofence.exit"])
+        // Again: nothing more to remove, and the file is left as it is.
+        #expect(try await reopened.remove(device: "car", from: day.lowerBound, to: day.upperBound).events == 0)
+        #expect(!FileManager.default.fileExists(atPath: path + ".rewrite"))
+    }
+
     @Test func anInvalidEventIsRefusedAndNothingIsWritten() async throws {
         let dir = TempDir()
         let journal = try EventJournal(path: dir.path + "/t.events")

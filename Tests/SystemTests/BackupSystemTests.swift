@@ -1,4 +1,5 @@
 import DrivebusConfiguration
+import DrivebusKit
 import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
@@ -138,9 +139,9 @@ private func segmentBytes(_ directory: String) throws -> Data {
         let dir = TempDir()
         let (path, config, ingestPort, statsPort) = try testSystem(dir, "state", devices: ["car", "bike"])
         let ports = [ingestPort, statsPort]
-        let children = try ["drivebus-bus", "drivebus-ingest", "drivebus-stats"].map { try Child($0, ["--config", path]) }
+        let children = try ServiceName.standard.map { try Child($0.executable, ["--config", path]) }
         defer { for child in children { child.signal(SIGKILL) } }
-        try await waitUntilLive(.stats, config: config)
+        for service in [ServiceName.trips, .scorer, .geofence, .checkout, .stats] { try await waitUntilLive(service, config: config) }
         let ingest = "http://127.0.0.1:\(ports[0])/overland"
         // 2025-11-13 from 02:13:20 UTC: the car's 300 fixes and the bike's 100; the next day, the car's 200.
         let dayOne = batch(0, 300), nextDay = batch(86_400, 200)
@@ -152,10 +153,23 @@ private func segmentBytes(_ directory: String) throws -> Data {
         let bikeBefore = try await csv(ports[1], device: "bike")
         #expect(bikeBefore.count == 100)
 
+        let trips = "http://127.0.0.1:\(ports[1])/api/v1/trips?device=car"
+        #expect(try await http("GET", trips).body.hasPrefix(#"{"count":1,"#))
         let purge = try await run("drivebus", ["purge", "--config", path, "--device", "car", "--from", "2025-11-13", "--to", "2025-11-13"])
         #expect(purge.status == 0, "\(purge.stderr)")
         #expect(purge.stdout.contains("journal: 300 records in 1 segment ("), "\(purge.stdout)")
         #expect(purge.stdout.contains("fixes 300,"), "\(purge.stdout)")
+        // The day's trip (started and ended) and its score, from the services' event journals.
+        #expect(purge.stdout.contains("""
+              trips.events: 2 events
+              scorer.events: 1 event
+              geofence.events: 0 events, outbox 0
+              checkout.events: 0 events
+
+            """), "\(purge.stdout)")
+        let tripEvents = try String(contentsOfFile: config.layout.dataDir + "/trips.events", encoding: .utf8).split(separator: "\n")
+        #expect(tripEvents.compactMap { LoggedEvent(line: Array($0.utf8)[...]).map { "\($0.seq) \($0.type) \($0.device ?? "")" } }
+            == ["1 removed car", "2 removed car", "3 trip.started car", "4 trip.started bike"])
 
         // Stats holds the car's next day only, and all of the bike.
         let car = try await csv(ports[1], device: "car")
@@ -173,8 +187,23 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(try await http("GET", health).body == lastSeq)
         try await waitUntilCaughtUp(.stats, config: config)
         #expect(try await csv(ports[1], device: "car").count == 200)
-        for child in children { child.signal(SIGTERM) }
-        for child in children { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+
+        // Stats' database rebuilt from scratch, from the journal and the event journals: the
+        // purged trip does not come back from `trips.events`.
+        let stats = children[ServiceName.standard.firstIndex(of: .stats)!]
+        stats.signal(SIGTERM)
+        #expect(try await stats.exitStatus() == 0, "\(stats.stderr)")
+        let database = config.layout.dataDir + "/drivebus.sqlite"
+        for suffix in ["", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: database + suffix) }
+        let rebuilt = try Child("drivebus-stats", ["--config", path])
+        defer { rebuilt.signal(SIGKILL) }
+        try await waitUntilCaughtUp(.stats, config: config)
+        #expect(await eventually(within: .seconds(30)) { await StatsCrashTests.cursor("events.trips", in: database) == 4 })
+        #expect(try await csv(ports[1], device: "car").count == 200)
+        let rebuiltTrips = try await http("GET", trips).body
+        #expect(rebuiltTrips == #"{"count":0,"trips":[]}"#, "\(rebuiltTrips)")
+        for child in children + [rebuilt] where child !== stats { child.signal(SIGTERM) }
+        for child in children + [rebuilt] where child !== stats { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
     }
 }
 

@@ -39,6 +39,13 @@ import Testing
         return try DatabaseQueue(path: path, configuration: configuration)
     }
 
+    /// The last seq stats has stored from the stream `name` (`events.trips`…).
+    static func cursor(_ name: String, in path: String) async -> UInt64 {
+        guard let queue = try? readOnly(path) else { return 0 }
+        defer { try? queue.close() }
+        return (try? await queue.read { db in try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = ?", arguments: [name]) }).flatMap { $0 }.map(UInt64.init) ?? 0
+    }
+
     /// The last journal seq stats has stored.
     static func storedJournal(_ path: String) async -> UInt64 {
         guard let queue = try? readOnly(path) else { return 0 }

@@ -123,6 +123,18 @@ final class Outbox: Sendable {
         }
     }
 
+    /// A purge: `device`'s calls for fixes from `from` to `to` that were made or given up.
+    /// Pending calls stay and are made: they are for fixes of the last minutes, and taking one
+    /// back would leave someone at a closed gate. Returns how many went.
+    func purge(device: String, from: Date, to: Date) async throws -> Int {
+        try await database.write { db in
+            try OutboxEntry.filter(
+                Column("device") == device && Column("fixTime") >= from && Column("fixTime") <= to
+                    && Column("state") != OutboxEntry.State.pending.rawValue
+            ).deleteAll(db)
+        }
+    }
+
     func all() async throws -> [OutboxEntry] {
         try await database.read { db in try OutboxEntry.order(Column("createdAt")).fetchAll(db) }
     }

@@ -7,7 +7,9 @@ import GeofenceCore
 await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { context, config in
     let configuration = config.geofence
     let outbox = try Outbox(path: config.layout.dataDir + "/outbox.sqlite")
-    let events = try EventLog(context: context)
+    let events = try EventLog(context: context) { purge in
+        ["outbox": try await outbox.purge(device: purge.device, from: purge.from, to: purge.to)]
+    }
     let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender(client: WebhookSender.makeClient()))
     let consumer = try JournalConsumer(
         context: context,

@@ -133,7 +133,8 @@ final class StatsRecorder: Service, Sendable {
 
     private func follow(_ source: StreamSource<LoggedEvent>, from: UInt64) async throws {
         try await StreamFollower(source: source, bus: context.bus, logger: context.logger).run(from: from) { events, _ in
-            let rows = events.map {
+            // A purged event's stand-in moves the cursor and stores nothing.
+            let rows = events.filter { $0.type != LoggedEvent.removedType }.map {
                 StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: source.service.rawValue, time: $0.time, payload: $0.payload)
             }
             try await self.flush(rows, cursor: source.name, seq: events.last!.seq)
