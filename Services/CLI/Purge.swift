@@ -37,16 +37,15 @@ struct Purge: AsyncParsableCommand {
         print("drivebus purge: \(device) from \(RFC3339.format(start)) to \(RFC3339.format(end))")
 
         let bus = BusClient(settings: config.process, name: "purge")
-        defer { Task { await bus.shutdown() } }
-        let journal: IngestRPCMessages.Purged
+        let outcome: SystemPurge.Outcome
         do {
-            journal = try await bus.call(.ingest, IngestRPCMessages.Purge(device: device, from: start, to: end, resendOK: resendOK), as: IngestRPCMessages.Purged.self, timeout: .seconds(600))
+            outcome = try await SystemPurge.run(device: device, from: start, to: end, resendOK: resendOK, bus: bus)
+            await bus.shutdown()
         } catch {
-            throw Self.refusal("""
-                the journal may not have been purged (\(error)); nothing else was touched. Is the system running? \
-                The same command again is safe: what was purged stays purged, and the rest is done.
-                """, code: 1)
+            await bus.shutdown()
+            throw Self.refusal("\(error). Is the system running? The same command again is safe: what was purged stays purged, and the rest is done.", code: 1)
         }
+        let journal = outcome.journal
         let megabytes = { (bytes: Int64) in String(format: "%.1f MB", Double(bytes) / 1_000_000) }
         if journal.records == 0 {
             print("  journal: nothing of \(device) in that range (or it was purged before)")
@@ -54,41 +53,25 @@ struct Purge: AsyncParsableCommand {
             print("  journal: \(journal.records) records in \(journal.segments) segment\(journal.segments == 1 ? "" : "s") (\(megabytes(journal.bytesBefore)) → \(megabytes(journal.bytesAfter)))"
                 + (resendOK ? "; a client may send them again" : "; a client's resend of them stays a duplicate"))
         }
-
-        // What the services derived from it, in their event journals (and geofence's outbox).
-        var unreached: [String] = []
-        for service in [ServiceName.trips, .scorer, .geofence, .checkout] {
-            do {
-                // A service that is down would leave the purge waiting for its long timeout.
-                _ = try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(3))
-                let purged = try await bus.call(
-                    service, EventsRPCMessages.Purge(device: device, from: start, to: end), as: EventsRPCMessages.Purged.self, timeout: .seconds(600))
-                let elsewhere = purged.rows.sorted { $0.key < $1.key }.map { ", \($0.key) \($0.value)" }.joined()
-                print("  \(service.rawValue).events: \(purged.events) event\(purged.events == 1 ? "" : "s")\(elsewhere)")
-            } catch {
-                print("  \(service.rawValue).events: not purged (\(error))")
-                unreached.append(service.rawValue)
-            }
+        for (service, purged) in outcome.events {
+            let elsewhere = purged.rows.sorted { $0.key < $1.key }.map { ", \($0.key) \($0.value)" }.joined()
+            print("  \(service.rawValue).events: \(purged.events) event\(purged.events == 1 ? "" : "s")\(elsewhere)")
         }
+        for (service, reason) in outcome.unreached { print("  \(service.rawValue).events: not purged (\(reason))") }
 
         let database = config.layout.dataDir + "/drivebus.sqlite"
-        guard FileManager.default.fileExists(atPath: database) else {
-            print("  stats: no database yet")
-            return
-        }
-        // SQLite blocks: on a thread of its own, not the cooperative pool.
-        let device = device
-        let purged: StatsStore.Purged
-        do {
-            purged = try await withCheckedThrowingContinuation { continuation in
-                Thread { continuation.resume(with: Result { try StatsStore(.init(path: database)).purge(device: device, from: start, to: end) }) }.start()
+        if FileManager.default.fileExists(atPath: database) {
+            do {
+                let purged = try await StatsStore(.init(path: database)).purge(device: device, from: start, to: end)
+                print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
+            } catch {
+                throw Self.refusal("stats was not purged (\(error)): run the same command again", code: 1)
             }
-        } catch {
-            throw Self.refusal("the journal was purged, stats was not (\(error)): run the same command again", code: 1)
+        } else {
+            print("  stats: no database yet")
         }
-        print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
-        guard unreached.isEmpty else {
-            throw Self.refusal("\(unreached.joined(separator: ", ")) did not answer: run the same command again once it runs", code: 1)
+        guard outcome.unreached.isEmpty else {
+            throw Self.refusal("\(outcome.unreached.map(\.service.rawValue).joined(separator: ", ")) did not answer: run the same command again once it runs", code: 1)
         }
     }
 

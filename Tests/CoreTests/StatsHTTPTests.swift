@@ -108,11 +108,32 @@ import Testing
     }
 }
 
-/// Only this machine's own dashboard gets a setup code.
-@Suite struct SetupGuardTests {
+/// `POST /api/v1/devices/{id}/purge`'s parameters.
+@Suite struct DevicePurgeRequestTests {
+    @Test func daysAreTakenWholeAndTimesAsGiven() throws {
+        let day = try DevicePurgeRequest(device: "car", query: "from=2025-11-13&to=2025-11-14")
+        // To the millisecond, as the stores compare.
+        #expect(RFC3339.format(day.from) == "2025-11-13T00:00:00.000Z" && RFC3339.format(day.to) == "2025-11-14T23:59:59.999Z")
+        #expect(day.device == "car" && !day.resendOK)
+        let times = try DevicePurgeRequest(device: "car", query: "from=2025-11-13T07:00:00Z&to=2025-11-13T09:30:00Z&resend_ok=true")
+        #expect(times == DevicePurgeRequest(device: "car", from: RFC3339.parse("2025-11-13T07:00:00Z")!, to: RFC3339.parse("2025-11-13T09:30:00Z")!, resendOK: true))
+    }
+
+    @Test(arguments: [
+        ("from=2025-11-13", "to"), ("to=2025-11-13", "from"), ("from=2025-11-14&to=2025-11-13", "to"), ("from=yesterday&to=2025-11-13", "from"),
+        ("from=2025-11-13&to=2025-11-13&resend_ok=yes", "resend_ok"), ("from=2025-11-13&to=2025-11-13&device=bike", "device"),
+    ])
+    func badParametersAreRefusedByName(query: String, field: String) {
+        #expect(throws: StatsError.self) { try DevicePurgeRequest(device: "car", query: query) }
+        do { _ = try DevicePurgeRequest(device: "car", query: query) } catch { #expect(error.field == field, "\(query)") }
+    }
+}
+
+/// Only this machine's own dashboard gets a setup code or purges.
+@Suite struct ActionGuardTests {
     func refusedField(_ headers: [(String, String)]) -> String? {
         do {
-            try SetupGuard.check(headers.map { (name: $0.0, value: $0.1) })
+            try ActionGuard.check(headers.map { (name: $0.0, value: $0.1) }, action: "setup")
             return nil
         } catch {
             return error.field ?? "?"
@@ -137,6 +158,6 @@ import Testing
         ("127.0.0.1.evil.example", false), ("128.0.0.1", false), ("[::2]:1", false), ("192.168.1.2:8091", false), ("", false), ("127.0.0", false),
     ])
     func loopbackHosts(host: String, loopback: Bool) {
-        #expect(SetupGuard.isLoopback(host) == loopback)
+        #expect(ActionGuard.isLoopback(host) == loopback)
     }
 }

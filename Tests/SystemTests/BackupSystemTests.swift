@@ -122,8 +122,10 @@ private func segmentBytes(_ directory: String) throws -> Data {
     return try names.reduce(into: Data()) { $0 += try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $1)) }
 }
 
-/// `drivebus purge` on a running system (issue 21): a day of one device goes from the journal
-/// and from stats, and nothing else does; the day re-sent is not stored again.
+/// `drivebus purge` on the whole running system (issue 21): a day of one device goes from the
+/// journal, the services' event journals and stats, and nothing else does; the day re-sent is not
+/// stored again; the stats API purges another day; a stats database rebuilt afterwards holds
+/// none of it.
 @Suite(.serialized) struct PurgeSystemTests {
     let fixtures = BackupSystemTests()
 
@@ -187,6 +189,29 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(try await http("GET", health).body == lastSeq)
         try await waitUntilCaughtUp(.stats, config: config)
         #expect(try await csv(ports[1], device: "car").count == 200)
+
+        // The same through the stats API, from this machine's dashboard: the bike's day.
+        let bikeDay = "http://127.0.0.1:\(ports[1])/api/v1/devices/bike/purge?from=2025-11-13&to=2025-11-13"
+        let action = [("X-Drivebus-Action", "purge")]
+        #expect(try await http("POST", bikeDay).status == 403)
+        let missing = try await http("POST", "http://127.0.0.1:\(ports[1])/api/v1/devices/bike/purge?from=2025-11-13", headers: action)
+        #expect(missing.status == 400 && missing.body.contains(#""field":"to""#), "\(missing.body)")
+        #expect(try await csv(ports[1], device: "bike").count == 100)
+        let purged = try await http("POST", bikeDay, headers: action)
+        #expect(purged.status == 200, "\(purged.body)")
+        // Exact, but for the journal's byte counts, which depend on the records' encoding.
+        var answer = try #require(try JSONSerialization.jsonObject(with: Data(purged.body.utf8)) as? [String: Any])
+        var journal = try #require(answer.removeValue(forKey: "journal") as? [String: Int])
+        #expect(journal.removeValue(forKey: "bytes_after")! < journal.removeValue(forKey: "bytes_before")!)
+        #expect(journal == ["records": 100, "segments": 1])
+        let rest = try JSONSerialization.data(withJSONObject: answer, options: [.sortedKeys])
+        #expect(String(decoding: rest, as: UTF8.self) == #"""
+            {"complete":true,"device":"bike","events":{"checkout":{"events":0,"rows":{}},"geofence":{"events":0,"rows":{"outbox":0}},\#
+            "scorer":{"events":0,"rows":{}},"trips":{"events":1,"rows":{}}},"from":"2025-11-13T00:00:00.000Z","not_reached":{},\#
+            "stats":{"checkouts":0,"events":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
+            "map_trips":0,"scores":0,"trips":0,"visits":0},"to":"2025-11-13T23:59:59.999Z"}
+            """#)
+        #expect(try await csv(ports[1], device: "bike").isEmpty)
 
         // Stats' database rebuilt from scratch, from the journal and the event journals: the
         // purged trip does not come back from `trips.events`.

@@ -19,12 +19,17 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
     let metrics = StatsMetrics()
     let recorder = StatsRecorder(context: context, config: config, store: store, metrics: metrics)
     let setup: @Sendable (String) async throws(StatsError) -> [UInt8] = { device throws(StatsError) in try await newSetup(device, config) }
+    let purge: @Sendable (DevicePurgeRequest) async throws(StatsError) -> [UInt8] = { request throws(StatsError) in
+        try await purgeEverywhere(request, bus: context.bus, store: store)
+    }
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
             knownDevices: { await knownDevices(config) },
-            // A setup code is a credential: handed out only to this machine (see SetupGuard).
+            // A setup code is a credential: handed out only to this machine (see ActionGuard).
             deviceSetup: config.stats.listen.isLoopback ? setup : nil,
+            // So is a purge: it deletes for good.
+            devicePurge: config.stats.listen.isLoopback ? purge : nil,
             map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir))),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         logger: context.logger
@@ -82,4 +87,34 @@ func newSetup(_ device: String, _ config: DrivebusConfig) async throws(StatsErro
         }
     }
     return try result.get()
+}
+
+/// The stats API's purge: the journal and the services' events first (`SystemPurge`), then
+/// stats' own tables, as `drivebus purge` does. The answer says what went from where, and which
+/// services did not answer (`complete` is then false, and the same request again finishes it).
+func purgeEverywhere(_ request: DevicePurgeRequest, bus: BusClient, store: StatsStore) async throws(StatsError) -> [UInt8] {
+    let outcome: SystemPurge.Outcome
+    do {
+        outcome = try await SystemPurge.run(device: request.device, from: request.from, to: request.to, resendOK: request.resendOK, bus: bus)
+    } catch {
+        throw StatsError(status: 503, code: "stats.purge_not_done", message: "\(error); the same request again is safe")
+    }
+    let stats: StatsStore.Purged
+    do {
+        stats = try await store.purge(device: request.device, from: request.from, to: request.to)
+    } catch {
+        throw StatsError(status: 500, code: "stats.purge_failed", message: "the journal and the services' events were purged, stats was not (\(error)); the same request again is safe")
+    }
+    let journal = outcome.journal
+    var events: [String: Any] = [:]
+    for (service, purged) in outcome.events { events[service.rawValue] = ["events": purged.events, "rows": purged.rows] }
+    let reply: [String: Any] = [
+        "device": request.device, "from": RFC3339.format(request.from), "to": RFC3339.format(request.to),
+        "journal": ["records": journal.records, "segments": journal.segments, "bytes_before": journal.bytesBefore, "bytes_after": journal.bytesAfter],
+        "events": events,
+        "stats": Dictionary(stats.map { ($0.table, $0.rows) }, uniquingKeysWith: +),
+        "not_reached": Dictionary(outcome.unreached.map { ($0.service.rawValue, $0.reason) }, uniquingKeysWith: { first, _ in first }),
+        "complete": outcome.unreached.isEmpty,
+    ]
+    return Array((try? JSONSerialization.data(withJSONObject: reply, options: [.sortedKeys])) ?? Data())
 }

@@ -27,6 +27,10 @@ public struct StatsHTTPConfiguration: Sendable {
     /// and its setup as JSON (`device`, `app`, `code`, `svg`, `scan`, `by_hand`). 404 while nil;
     /// the service sets it only while stats listens on loopback.
     public var deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])?
+    /// `POST /api/v1/devices/{id}/purge`: the device's data between two times taken out of the
+    /// whole system (journal, the services' events, stats; docs/data.md), answered with what
+    /// went as JSON. 404 while nil; the service sets it only while stats listens on loopback.
+    public var devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])?
     /// The interactive map page at `/map`.
     public var map: MapPageConfiguration
 
@@ -34,9 +38,11 @@ public struct StatsHTTPConfiguration: Sendable {
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
         metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
         maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil,
-        deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init()
+        deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil,
+        devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init()
     ) {
         self.map = map
+        self.devicePurge = devicePurge
         self.knownDevices = knownDevices
         self.deviceSetup = deviceSetup
         self.maxConcurrentExports = maxConcurrentExports
@@ -66,8 +72,20 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
         router.post("/api/v1/devices/:id/setup") { request, context in
             await respond(context) {
                 // HTTP/1.1's Host arrives as the request's authority, not among its headers.
-                try SetupGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []))
+                try ActionGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []), action: "setup")
                 var response = json(try await deviceSetup(try pathParameter("id", context)))
+                response.headers[.cacheControl] = "no-store"
+                return response
+            }
+        }
+    }
+
+    if let devicePurge = configuration.devicePurge {
+        router.post("/api/v1/devices/:id/purge") { request, context in
+            await respond(context) {
+                try ActionGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []), action: "purge")
+                let purge = try DevicePurgeRequest(device: try pathParameter("id", context), query: request.uri.query ?? "")
+                var response = json(try await devicePurge(purge))
                 response.headers[.cacheControl] = "no-store"
                 return response
             }
@@ -304,20 +322,53 @@ private final class ChunkPipe: @unchecked Sendable {
     }
 }
 
-/// Who may ask for a new setup code: only this machine's own dashboard. The route exists only
-/// while stats listens on loopback, so no other machine reaches it; the rest keeps other sites
-/// out of a browser on this machine.
-public enum SetupGuard {
-    public static func check(_ headers: [(name: String, value: String)]) throws(StatsError) {
+/// `POST /api/v1/devices/{id}/purge?from=…&to=…[&resend_ok=true]`: `from` and `to` are RFC 3339
+/// times or days (a day `to` ends at its last millisecond, UTC), both required.
+public struct DevicePurgeRequest: Sendable, Equatable {
+    public var device: String
+    public var from: Date
+    public var to: Date
+    public var resendOK: Bool
+
+    public init(device: String, from: Date, to: Date, resendOK: Bool) {
+        self.device = device
+        self.from = from
+        self.to = to
+        self.resendOK = resendOK
+    }
+
+    public init(device: String, query: String) throws(StatsError) {
+        var parameters = StatsParameters(query: query)
+        for name in ["from", "to"] where try parameters.single(name) == nil { throw .invalid(name, "is required: an RFC 3339 time or a day YYYY-MM-DD") }
+        let resendOK = try parameters.single("resend_ok")
+        guard [nil, "true", "false"].contains(resendOK) else { throw .invalid("resend_ok", "must be true or false") }
+        parameters.pairs.append(("device", device))
+        let parsed = try StatsQuery.parse(parameters)
+        guard let device = parsed.device, let from = parsed.from, let to = parsed.to else { throw .invalid("to", "is required") }
+        self.device = device
+        self.from = from
+        // A day's end is the next day's start for the other routes, which stop before it; a
+        // purge takes its range whole.
+        self.to = (try parameters.single("to"))?.count == 10 ? to.addingTimeInterval(-0.001) : to
+        self.resendOK = resendOK == "true"
+    }
+}
+
+/// Who may ask for a new setup code or a purge: only this machine's own dashboard. Those routes
+/// exist only while stats listens on loopback, so no other machine reaches them; the rest keeps
+/// other sites out of a browser on this machine.
+public enum ActionGuard {
+    /// `action` is what the request must name in `X-Drivebus-Action`: `setup`, `purge`.
+    public static func check(_ headers: [(name: String, value: String)], action: String) throws(StatsError) {
         func header(_ name: String) -> String? { headers.first { $0.name == name }?.value }
         func refuse(_ field: String, _ message: String) -> StatsError {
             StatsError(status: 403, code: "stats.forbidden", message: message, field: field)
         }
         // A header an HTML form cannot send, and another site's script cannot without a CORS
         // preflight, which nothing here answers.
-        guard header("x-drivebus-action") == "setup" else { throw refuse("X-Drivebus-Action", "send X-Drivebus-Action: setup") }
+        guard header("x-drivebus-action") == action else { throw refuse("X-Drivebus-Action", "send X-Drivebus-Action: \(action)") }
         // DNS rebinding: a page of another name made to resolve to 127.0.0.1 still says its name.
-        guard let host = header("host"), isLoopback(host) else { throw refuse("Host", "only this machine's dashboard may ask for a setup code") }
+        guard let host = header("host"), isLoopback(host) else { throw refuse("Host", "only this machine's dashboard may ask for a \(action)") }
         if let site = header("sec-fetch-site"), !["same-origin", "none"].contains(site) { throw refuse("Sec-Fetch-Site", "not from this dashboard") }
         if let origin = header("origin"), origin != "http://" + host { throw refuse("Origin", "not from this dashboard") }
     }

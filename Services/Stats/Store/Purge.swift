@@ -8,10 +8,10 @@ extension StatsStore {
     /// Deletes what stats holds of one device between two times, in one transaction: its fixes,
     /// stays and events in the range, the trips that overlap it (with their scores and their
     /// place on the map), and the zone crossings, gate calls and check-outs in it. Nothing of
-    /// another device, and nothing outside the range. Blocks the caller for the commit.
-    public func purge(device: String, from: Date, to: Date) throws -> Purged {
+    /// another device, and nothing outside the range.
+    public func purge(device: String, from: Date, to: Date) async throws -> Purged {
         let low = Int64((from.timeIntervalSince1970 * 1000).rounded()), high = Int64((to.timeIntervalSince1970 * 1000).rounded())
-        return try pool.write { db -> Purged in
+        return try await pool.write { db -> Purged in
             let trips = try String.fetchAll(db, sql: "SELECT trip_id FROM trips WHERE device = ? AND start_ms <= ? AND end_ms >= ?", arguments: [device, high, low])
             var purged: Purged = []
             func delete(_ table: String, _ sql: String, _ arguments: StatementArguments) throws {
