@@ -368,6 +368,46 @@ extension JSONValue {
         #expect(csv.split(separator: "\n")[1].hasPrefix("2025-03-10T08:00:00.000Z,") && csv.contains(",10,,,,false,3353.7\n"))
     }
 
+    /// `retention.raw_fixes_days` (issue 21): the fixes of expired days go, and the daily and
+    /// monthly figures they gave (the count, the time away from home) stay exactly as they were.
+    @Test func expiredFixesLeaveTheirDaysFiguresAsTheyWere() async throws {
+        let scratch = StatsScratch()
+        let center = Coordinate(lat: 48.2, lon: 16.37)
+        let work = LocalProjection(origin: center).unproject(x: 3000, y: 1500)
+        var fixes: [Fix] = []
+        func add(_ time: String, _ at: Coordinate) {
+            fixes.append(Fix(seq: UInt64(fixes.count + 1), device: "van", time: statsTime(time), lat: at.lat, lon: at.lon, accuracyM: 10, source: .api))
+        }
+        for minute in stride(from: 8 * 60, to: 17 * 60, by: 1) { add(String(format: "2025-03-10T%02d:%02d:00Z", minute / 60, minute % 60), work) }
+        add("2025-03-10T17:00:00Z", center)
+        // Out across midnight, and the next day.
+        for minute in stride(from: 23 * 60 + 30, to: 24 * 60, by: 10) { add(String(format: "2025-03-10T%02d:%02d:00Z", minute / 60, minute % 60), work) }
+        for minute in stride(from: 0, to: 30, by: 10) { add(String(format: "2025-03-11T00:%02d:00Z", minute), work) }
+        add("2025-03-11T00:30:00Z", center)
+        let store = try StatsStore(.init(path: scratch.database, homes: ["van": Zone(id: "home", shape: .circle(center: center, radiusM: 150))]))
+        try await store.store(fixes.map(statsFixEvent))
+        let days = try await store.periods(.day, StatsQuery(device: "van"))
+        let months = try await store.periods(.month, StatsQuery())
+        #expect(days.map(\.fixes) == [fixes.count - 4, 4])
+        #expect(days.map(\.awayFromHomeS) == [9 * 3600 + 1800, 1800])
+
+        // Noon of the 11th: the 10th's fixes go, the 11th's stay.
+        #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 4)
+        #expect(try await store.counts()["fixes"] == 4)
+        #expect(try await store.periods(.day, StatsQuery(device: "van")) == days)
+        #expect(try await store.periods(.month, StatsQuery()) == months)
+        // A day starting in the range counts whole; one that does not, not at all.
+        #expect(try await store.periods(.day, StatsQuery(from: statsTime("2025-03-10T00:00:00Z"), to: statsTime("2025-03-10T00:00:01Z"))) == [days[0]])
+        #expect(try await store.periods(.day, StatsQuery(from: statsTime("2025-03-10T00:00:01Z"), to: statsTime("2025-03-11T00:00:00Z"))).isEmpty)
+        // Again: nothing more goes, nothing changes.
+        #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == 0)
+        #expect(try await store.periods(.day, StatsQuery(device: "van")) == days)
+        // A fix of the 10th imported later is counted with it once it expires too.
+        try await store.store([statsFixEvent(Fix(seq: 9999, device: "van", time: statsTime("2025-03-10T20:00:00Z"), lat: center.lat, lon: center.lon, accuracyM: 10, source: .import))])
+        #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == 1)
+        #expect(try await store.periods(.day, StatsQuery(device: "van")).map(\.fixes) == [fixes.count - 3, 4])
+    }
+
     @Test func badParametersNameTheParameter() throws {
         func refusal(_ query: String) -> String? {
             do {

@@ -38,7 +38,9 @@ extension StatsStore {
     /// Periods with any fix, trip or time away in the range, oldest first.
     public func periods(_ period: PeriodStats.Period, _ query: StatsQuery) async throws -> [PeriodStats] {
         let configuration = configuration
-        return try await pool.read { db in try PeriodQueries.compute(db, period: period, query: query, configuration: configuration, homes: homes) }
+        return try await pool.read { db in
+            try PeriodQueries.compute(db, period: period, query: query, configuration: configuration, homes: homes, includeFrozen: true)
+        }
     }
 
     /// `{"days": [...]}` or `{"months": [...]}`.
@@ -89,7 +91,12 @@ enum PeriodQueries {
         var limitKnownM = 0.0
     }
 
-    static func compute(_ db: Database, period: PeriodStats.Period, query: StatsQuery, configuration: StatsStore.Configuration, homes: [String: HomeCircle]) throws -> [PeriodStats] {
+    /// `includeFrozen`: with the figures of days whose fixes have expired (`fix_days`), counted
+    /// whole for each day that starts in the range.
+    static func compute(
+        _ db: Database, period: PeriodStats.Period, query: StatsQuery, configuration: StatsStore.Configuration, homes: [String: HomeCircle],
+        includeFrozen: Bool
+    ) throws -> [PeriodStats] {
         var days: [Int64: Bucket] = [:]
         let fromMs = query.fromMs, toMs = query.toMs
 
@@ -139,6 +146,20 @@ enum PeriodQueries {
                 if time >= fromMs, time < toMs { days[floorDiv(time, dayMs), default: Bucket()].fixes += 1 }
                 away.add(time: time, at: Coordinate(lat: row[1], lon: row[2])) { day, seconds in
                     days[day, default: Bucket()].awayS += seconds
+                }
+            }
+        }
+
+        if includeFrozen {
+            let frozen = try Row.fetchCursor(db, sql: """
+                SELECT day, fixes, away_s FROM fix_days
+                WHERE day >= ?1 AND day * \(dayMs) < ?2 AND (?3 IS NULL OR device = ?3)
+                """, arguments: [floorDiv(fromMs, dayMs) + (floorDiv(fromMs, dayMs) * dayMs < fromMs ? 1 : 0), toMs, query.device])
+            while let row = try frozen.next() {
+                days[row[0], default: Bucket()].fixes += row[1] as Int
+                if let away = row[2] as Double? {
+                    days[row[0], default: Bucket()].awayS += away
+                    anyHome = true
                 }
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import StatsCore
 
 extension StatsStore {
     /// How many rows of each table `purge` deleted, by table name.
@@ -20,6 +21,8 @@ extension StatsStore {
             }
             let inRange: StatementArguments = [device, low, high]
             try delete("fixes", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
+            // Figures kept from expired fixes: a day's go whole if the range touches it.
+            try delete("fix_days", "device = ? AND day BETWEEN ? AND ?", [device, PeriodQueries.floorDiv(low, PeriodQueries.dayMs), PeriodQueries.floorDiv(high, PeriodQueries.dayMs)])
             try delete("visits", "device = ? AND start_ms <= ? AND end_ms >= ?", [device, high, low])
             try delete("geofence_transitions", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
             try delete("gate_calls", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
@@ -37,24 +40,39 @@ extension StatsStore {
         }
     }
 
-    /// `retention.raw_fixes_days`: deletes every device's fixes from before `before`, device by
-    /// device along the primary key, in pieces of 50,000 rows (a transaction each, so the
-    /// recorder's writes are not held up for long). Returns how many went.
+    /// `retention.raw_fixes_days`: lets every device's fixes of the UTC days before the one of
+    /// `before` go, a device's day at a time (a transaction each, at most a day of fixes, so the
+    /// recorder's writes are not held up for long). What the daily figures took from that day's
+    /// fixes (their count, the time away from home) is kept in `fix_days` in the same
+    /// transaction, so the figures stay as they were. Returns how many fixes went.
     public func expireFixes(before: Date) async throws -> Int {
-        let cutoff = Int64((before.timeIntervalSince1970 * 1000).rounded())
+        let firstKeptDay = PeriodQueries.floorDiv(Int64((before.timeIntervalSince1970 * 1000).rounded()), PeriodQueries.dayMs)
         let devices = try await pool.read { db in try String.fetchAll(db, sql: "SELECT DISTINCT device FROM fixes") }
         var removed = 0
         for device in devices {
             while true {
-                let rows = try await pool.write { db -> Int in
+                let rows = try await pool.write { [configuration, homes] db -> Int in
+                    guard let first = try Int64.fetchOne(db, sql: "SELECT min(time_ms) FROM fixes WHERE device = ?", arguments: [device]) else { return 0 }
+                    let day = PeriodQueries.floorDiv(first, PeriodQueries.dayMs)
+                    guard day < firstKeptDay else { return 0 }
+                    let (start, end) = (day * PeriodQueries.dayMs, (day + 1) * PeriodQueries.dayMs)
+                    // Across midnight, the clock of time away starts again at the day's first fix:
+                    // the day before is gone already.
+                    let figures = try PeriodQueries.compute(
+                        db, period: .day, query: StatsQuery(device: device, from: Date(timeIntervalSince1970: Double(start) / 1000),
+                                                            to: Date(timeIntervalSince1970: Double(end) / 1000)),
+                        configuration: configuration, homes: homes, includeFrozen: false
+                    ).first
+                    // Added to what a day already frozen holds: fixes of it imported since.
                     try db.execute(sql: """
-                        DELETE FROM fixes WHERE (device, time_ms, lat, lon) IN
-                            (SELECT device, time_ms, lat, lon FROM fixes WHERE device = ? AND time_ms < ? LIMIT 50000)
-                        """, arguments: [device, cutoff])
-                    return db.changesCount
+                        INSERT INTO fix_days (device, day, fixes, away_s) VALUES (?, ?, ?, ?)
+                        ON CONFLICT (device, day) DO UPDATE SET fixes = fixes + excluded.fixes, away_s = coalesce(away_s, 0) + excluded.away_s
+                        """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS])
+                    try db.execute(sql: "DELETE FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ?", arguments: [device, start, end])
+                    return max(db.changesCount, 1)
                 }
+                if rows == 0 { break }
                 removed += rows
-                if rows < 50_000 { break }
             }
         }
         return removed

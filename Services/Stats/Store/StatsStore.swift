@@ -189,7 +189,7 @@ public final class StatsStore: Sendable {
 }
 
 enum StatsSchema {
-    static let tables = ["events", "fixes", "devices", "trips", "scores", "sessions", "geofence_transitions", "gate_calls", "checkouts", "expenses"]
+    static let tables = ["events", "fixes", "fix_days", "devices", "trips", "scores", "sessions", "geofence_transitions", "gate_calls", "checkouts", "expenses"]
 
     static var migrator: DatabaseMigrator {
         var migrator = DatabaseMigrator()
@@ -362,6 +362,15 @@ enum StatsSchema {
             // with a known limit. Null for scores from before.
             try db.execute(sql: "ALTER TABLE scores ADD COLUMN speeding_m REAL")
             try db.execute(sql: "ALTER TABLE scores ADD COLUMN limit_known_m REAL")
+        }
+        migrator.registerMigration("v9-fix-days") { db in
+            // A day's figures that come from its fixes (their count, the time away from home),
+            // kept when `retention.raw_fixes_days` lets the fixes go (issue 21).
+            try db.execute(sql: """
+                CREATE TABLE fix_days (
+                    device TEXT NOT NULL, day INTEGER NOT NULL, fixes INTEGER NOT NULL, away_s REAL,
+                    PRIMARY KEY (device, day)) WITHOUT ROWID
+                """)
         }
         return migrator
     }
