@@ -39,10 +39,15 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var rawFixesDays: Double?
         /// The same for motion samples (in the journal only: stats does not keep them).
         public var motionDays: Double?
+        /// What the services derived (trips with their tracks, scores, zone crossings, gate
+        /// calls, check-outs) leaves their event journals once it ended this many days ago;
+        /// stats keeps its own copy. Nil: kept for ever.
+        public var derivedEventsDays: Double?
 
-        public init(rawFixesDays: Double? = nil, motionDays: Double? = nil) {
+        public init(rawFixesDays: Double? = nil, motionDays: Double? = nil, derivedEventsDays: Double? = nil) {
             self.rawFixesDays = rawFixesDays
             self.motionDays = motionDays
+            self.derivedEventsDays = derivedEventsDays
         }
 
         /// The kinds of journal record to expire, each with the time before which they go.
@@ -201,10 +206,15 @@ extension DrivebusConfig {
         config.scorer = try parseScorer(top, zones: config.geofence.zones)
         config.costs = try parseCosts(top.mapping("costs", allowed: ["currency", "rental_keep_s", "own_car", "rentals"]))
         config.mqtt = try parseMQTT(top, environment: environment)
-        let retention = try top.mapping("retention", allowed: ["raw_fixes_days", "motion_days"])
+        let retention = try top.mapping("retention", allowed: ["raw_fixes_days", "motion_days", "derived_events_days"])
         // At least a day: a shorter retention would take fixes that trips are still being cut from.
         if retention.has("raw_fixes_days") { config.retention.rawFixesDays = try retention.double("raw_fixes_days", default: 0, in: 1...36_500) }
         if retention.has("motion_days") { config.retention.motionDays = try retention.double("motion_days", default: 0, in: 1...36_500) }
+        if retention.has("derived_events_days") {
+            config.retention.derivedEventsDays = try retention.double("derived_events_days", default: 0, in: 1...36_500)
+        }
+        // The services' event journals are kept by the kit, which sees only the process settings.
+        config.process.derivedEventsDays = config.retention.derivedEventsDays
         try config.process.validateSocketPaths()
         return config
     }

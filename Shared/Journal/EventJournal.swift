@@ -37,6 +37,10 @@ public final class EventJournal: Sendable {
         var end: Int64 = 0
         var recent: Deque<String> = []  // the last `recentIDs` ids, oldest first
         var recentSet: Set<String> = []
+        /// The earliest end (`LoggedEvent.end`) of the events that are not stand-ins; nil when
+        /// there are none. Unknown (`.none`) until a removal has read the whole file, after
+        /// which appends keep it: an hourly `expire` with nothing to do reads nothing.
+        var oldestLive: Date??
         var lastSeq: UInt64 { UInt64(offsets.count) }
 
         mutating func remember(_ id: String) {
@@ -122,6 +126,7 @@ public final class EventJournal: Sendable {
             for (entry, start) in zip(logged, starts) {
                 state.offsets.append(state.end + Int64(start))
                 state.remember(entry.id)
+                if case .some(let oldest) = state.oldestLive { state.oldestLive = .some(min(oldest ?? .distantFuture, entry.end)) }
             }
             state.end += Int64(bytes.count)
             return .success(logged)
@@ -183,19 +188,32 @@ public final class EventJournal: Sendable {
     /// the journal's queue: appends and reads wait meanwhile, and a crash leaves the old file or
     /// the new one (a leftover `.rewrite` is overwritten by the next removal).
     public func remove(device: String, from: Date, to: Date) async throws(Failure) -> Removal {
-        let result: Result<Removal, Failure> = await withCheckedContinuation { continuation in
-            queue.async {
-                do throws(Failure) {
-                    continuation.resume(returning: .success(try self.removeNow(device: device, range: from...to)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
+        try await onQueue { () throws(Failure) in
+            try self.removeNow { event in event.device == device && event.span?.overlaps(from...to) == true }
+        }
+    }
+
+    /// Retention: every event whose end (`LoggedEvent.end`) is before `cutoff` becomes a
+    /// stand-in, as with `remove`. Reads the file only when something may have expired.
+    public func expire(before cutoff: Date) async throws(Failure) -> Removal {
+        try await onQueue { () throws(Failure) in
+            if case .some(let oldest) = self.state.withLock({ $0.oldestLive }), (oldest ?? .distantFuture) >= cutoff {
+                let size = self.state.withLock { $0.end }
+                return Removal(bytesBefore: size, bytesAfter: size)
             }
+            return try self.removeNow { event in event.end < cutoff }
+        }
+    }
+
+    private func onQueue<T: Sendable>(_ body: @escaping @Sendable () throws(Failure) -> T) async throws(Failure) -> T {
+        let result: Result<T, Failure> = await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: Result(catching: body)) }
         }
         return try result.get()
     }
 
-    private func removeNow(device: String, range: ClosedRange<Date>) throws(Failure) -> Removal {
+    /// Rewrites the file with the events `matches` picks (stand-ins never) replaced by stand-ins.
+    private func removeNow(_ matches: (LoggedEvent) -> Bool) throws(Failure) -> Removal {
         let oldFD = fd
         let rewrite = path + ".rewrite"
         let out = open(rewrite, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
@@ -204,6 +222,7 @@ public final class EventJournal: Sendable {
         var offsets: [Int64] = []
         var pending: [UInt8] = []
         var written: Int64 = 0
+        var oldestLive: Date?
         func flush() throws(Failure) {
             let count = pending.withUnsafeBytes { write(out, $0.baseAddress, $0.count) }
             guard count == pending.count else { throw .io("\(rewrite): \(String(cString: strerror(errno)))") }
@@ -213,11 +232,12 @@ public final class EventJournal: Sendable {
         do throws(Failure) {
             try Self.scan(fd: oldFD) { (_, line, event) throws(Failure) in
                 offsets.append(written + Int64(pending.count))
-                if event.device == device, event.type != LoggedEvent.removedType, let span = event.span, span.overlaps(range) {
-                    LoggedEvent(seq: event.seq, type: LoggedEvent.removedType, device: device, id: event.id, time: event.time,
+                if event.type != LoggedEvent.removedType, matches(event) {
+                    LoggedEvent(seq: event.seq, type: LoggedEvent.removedType, device: event.device, id: event.id, time: event.time,
                                 payload: Array(#"{"removed":"\#(event.type)"}"#.utf8)).writeLine(to: &pending)
                     removal.events += 1
                 } else {
+                    if event.type != LoggedEvent.removedType { oldestLive = min(oldestLive ?? .distantFuture, event.end) }
                     pending.append(contentsOf: line)
                     pending.append(UInt8(ascii: "\n"))
                 }
@@ -228,6 +248,7 @@ public final class EventJournal: Sendable {
                 close(out)
                 unlink(rewrite)
                 removal.bytesAfter = removal.bytesBefore
+                state.withLock { $0.oldestLive = .some(oldestLive) }
                 return removal
             }
             guard fsync(out) == 0 else { throw .io("\(rewrite): \(String(cString: strerror(errno)))") }
@@ -249,6 +270,7 @@ public final class EventJournal: Sendable {
         state.withLock { state in
             state.offsets = offsets
             state.end = written
+            state.oldestLive = .some(oldestLive)
         }
         close(oldFD)
         removal.bytesAfter = written
@@ -309,4 +331,8 @@ extension LoggedEvent {
         guard let first = times.min(), let last = times.max() else { return nil }
         return first...last
     }
+
+    /// When what it describes ended (its span's end), or, for an event that names no time, when
+    /// it was derived: what retention goes by.
+    public var end: Date { span?.upperBound ?? time }
 }

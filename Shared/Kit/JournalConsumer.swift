@@ -93,6 +93,12 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             group.addTask { try await self.periodic(self.tickInterval) { try await self.tickUnlessHeld() } }
             group.addTask { try await self.periodic(self.checkpointInterval) { self.saveCheckpoint() } }
             group.addTask { for await _ in self.owedTicks { try await self.tickUnlessHeld() } }
+            if let days = context.settings.derivedEventsDays {
+                group.addTask {
+                    await self.expireEvents(olderThanDays: days)
+                    try await self.periodic(.seconds(3600)) { await self.expireEvents(olderThanDays: days) }
+                }
+            }
             try await follower.run(
                 from: lastSeq,
                 hold: { [self] held in
@@ -111,6 +117,20 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             group.cancelAll()
         }
         await flushCheckpoints()
+    }
+
+    /// `retention.derived_events_days`, at start and every hour: a failure is logged and tried
+    /// again next time.
+    private func expireEvents(olderThanDays days: Double) async {
+        let cutoff = Date().addingTimeInterval(-days * 86_400)
+        do {
+            let removal = try await events.journal.expire(before: cutoff)
+            if removal.events > 0 {
+                context.logger.info("retention applied", metadata: ["events": "\(removal.events)", "before": "\(RFC3339.format(cutoff))"])
+            }
+        } catch {
+            context.logger.warning("retention not applied to the event journal this time: \(error)")
+        }
     }
 
     /// Wakes the owed-tick runner; a stream so that the follower's callback never waits.

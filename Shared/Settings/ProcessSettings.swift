@@ -12,6 +12,9 @@ public struct ProcessSettings: Sendable, Equatable {
     public var heartbeatIntervalS = 2.0
     public var bus = Bus()
     public var supervisor = Supervisor()
+    /// `retention.derived_events_days`: how long a service's event journal keeps an event after
+    /// what it describes ended (docs/data.md). Nil: for ever.
+    public var derivedEventsDays: Double?
 
     /// The defaults: state under `./var`.
     public init(workingDirectory: String = FileManager.default.currentDirectoryPath) {

@@ -96,6 +96,10 @@ import Testing
         let expiring = retention.expiring(now: now)
         #expect(expiring.map(\.type) == ["fix", "motion"])
         #expect(expiring.map(\.before) == [now.addingTimeInterval(-730 * 86_400), now.addingTimeInterval(-30 * 86_400)])
+        // The services' event journals: the kit reads it from the process settings.
+        let events = try DrivebusConfig.parse(yaml: "retention: {derived_events_days: 365}")
+        #expect(events.retention == .init(derivedEventsDays: 365) && events.process.derivedEventsDays == 365)
+        #expect(try DrivebusConfig.parse(yaml: "").process.derivedEventsDays == nil)
     }
 
     @Test func theMapsBaseLayerIsOptional() throws {

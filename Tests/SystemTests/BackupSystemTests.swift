@@ -232,16 +232,17 @@ private func segmentBytes(_ directory: String) throws -> Data {
     }
 }
 
-/// `retention: {raw_fixes_days: 1}` (issue 21): at start, ingest and stats let fixes older than a
-/// day go, exactly those, and keep the rest.
+/// `retention: {raw_fixes_days: 1, derived_events_days: 1}` (issue 21): at start, ingest and stats
+/// let fixes older than a day go, exactly those, and keep the rest; the trips service lets the
+/// events of the old drive go.
 @Suite(.serialized) struct RetentionSystemTests {
     @Test func fixesOlderThanTheRetentionGoAtStartAndTheRestStay() async throws {
         let dir = TempDir()
-        let (path, config, ingestPort, statsPort) = try testSystem(dir, "state", extra: "retention: {raw_fixes_days: 1}")
+        let (path, config, ingestPort, statsPort) = try testSystem(dir, "state", extra: "retention: {raw_fixes_days: 1, derived_events_days: 1}")
         let ports = [ingestPort, statsPort]
         func start(_ names: [String]) throws -> [Child] { try names.map { try Child($0, ["--config", path]) } }
         let bus = try start(["drivebus-bus"])
-        var services = try start(["drivebus-ingest", "drivebus-stats"])
+        var services = try start(["drivebus-ingest", "drivebus-trips", "drivebus-stats"])
         defer { for child in bus + services { child.signal(SIGKILL) } }
         try await waitUntilLive(.stats, config: config)
         // 120 fixes from three days ago, then 80 from an hour ago (with motion, which is kept).
@@ -256,11 +257,17 @@ private func segmentBytes(_ directory: String) throws -> Data {
         try await waitUntilCaughtUp(.stats, config: config)
         let export = "http://127.0.0.1:\(ports[1])/api/v1/export/fixes.csv?device=car"
         #expect(try await http("GET", export).body.split(separator: "\n").count == 201)
+        // The trips service derived the old drive (ended by the three days' silence) and began the new one.
+        let tripEvents = config.layout.dataDir + "/trips.events"
+        func tripEventTypes() -> [String] {
+            ((try? String(contentsOfFile: tripEvents, encoding: .utf8)) ?? "").split(separator: "\n").compactMap { LoggedEvent(line: Array($0.utf8)[...])?.type }
+        }
+        #expect(await eventually(within: .seconds(30)) { tripEventTypes() == ["trip.started", "trip.ended", "trip.started"] }, "\(tripEventTypes())")
 
         // Restarted: retention runs at start.
         for child in services { child.signal(SIGTERM) }
         for child in services { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
-        services = try start(["drivebus-ingest", "drivebus-stats"])
+        services = try start(["drivebus-ingest", "drivebus-trips", "drivebus-stats"])
         try await waitUntilLive(.stats, config: config)
         #expect(await eventually(within: .seconds(30)) {
             (try? await http("GET", export).body.split(separator: "\n").count) == 81
@@ -271,6 +278,8 @@ private func segmentBytes(_ directory: String) throws -> Data {
         // In the journal: 120 stand-ins with their seqs, the 80 recent fixes as they were.
         #expect(await eventually(within: .seconds(30)) { (try? count("removed.car", in: config)) == 120 })
         #expect(try count("fix.car", in: config) == 80)
+        // The old drive's events are stand-ins in the trips service's journal; the new one's stay.
+        #expect(await eventually(within: .seconds(30)) { tripEventTypes() == ["removed", "removed", "trip.started"] }, "\(tripEventTypes())")
         for child in services { child.signal(SIGTERM) }
         for child in services { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
     }
