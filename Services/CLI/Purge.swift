@@ -62,7 +62,11 @@ struct Purge: AsyncParsableCommand {
         let database = config.layout.dataDir + "/drivebus.sqlite"
         if FileManager.default.fileExists(atPath: database) {
             do {
-                let purged = try await StatsStore(.init(path: database)).purge(device: device, from: start, to: end)
+                // Opening runs SQLite's migrations, which block: on a thread of its own.
+                let store = try await withCheckedThrowingContinuation { continuation in
+                    Thread { continuation.resume(with: Result { try StatsStore(.init(path: database)) }) }.start()
+                }
+                let purged = try await store.purge(device: device, from: start, to: end)
                 print("  stats: " + purged.map { "\($0.table) \($0.rows)" }.joined(separator: ", "))
             } catch {
                 throw Self.refusal("stats was not purged (\(error)): run the same command again", code: 1)

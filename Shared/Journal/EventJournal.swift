@@ -37,9 +37,9 @@ public final class EventJournal: Sendable {
         var end: Int64 = 0
         var recent: Deque<String> = []  // the last `recentIDs` ids, oldest first
         var recentSet: Set<String> = []
-        /// The earliest end (`LoggedEvent.end`) of the events that are not stand-ins; nil when
-        /// there are none. Unknown (`.none`) until a removal has read the whole file, after
-        /// which appends keep it: an hourly `expire` with nothing to do reads nothing.
+        /// The earliest `LoggedEvent.expiry` of the events that are not stand-ins (a lower bound);
+        /// nil when there are none. Unknown (`.none`) until a removal has read the whole file,
+        /// after which appends keep it: an hourly `expire` with nothing to do reads nothing.
         var oldestLive: Date??
         var lastSeq: UInt64 { UInt64(offsets.count) }
 
@@ -91,10 +91,7 @@ public final class EventJournal: Sendable {
     /// Appends the events whose ids are not among the recent ones, syncs, and returns them with
     /// their seqs, in order. Nothing is returned unless it is on disk.
     public func append(_ events: [DerivedEvent], time: Date) async throws(Failure) -> [LoggedEvent] {
-        let result: Result<[LoggedEvent], Failure> = await withCheckedContinuation { continuation in
-            queue.async { continuation.resume(returning: self.appendNow(events, time: time)) }
-        }
-        return try result.get()
+        try await onQueue { () throws(Failure) in try self.appendNow(events, time: time).get() }
     }
 
     private func appendNow(_ events: [DerivedEvent], time: Date) -> Result<[LoggedEvent], Failure> {
@@ -126,7 +123,8 @@ public final class EventJournal: Sendable {
             for (entry, start) in zip(logged, starts) {
                 state.offsets.append(state.end + Int64(start))
                 state.remember(entry.id)
-                if case .some(let oldest) = state.oldestLive { state.oldestLive = .some(min(oldest ?? .distantFuture, entry.end)) }
+                // Its expiry is at least its time, now: no need to read its payload here.
+                if case .some(let oldest) = state.oldestLive { state.oldestLive = .some(min(oldest ?? .distantFuture, entry.time)) }
             }
             state.end += Int64(bytes.count)
             return .success(logged)
@@ -135,20 +133,11 @@ public final class EventJournal: Sendable {
 
     /// Up to `limit` events from `fromSeq` on, in order, read on the journal's queue.
     public func read(fromSeq: UInt64, limit: Int) async throws(Failure) -> [LoggedEvent] {
-        let result: Result<[LoggedEvent], Failure> = await withCheckedContinuation { continuation in
-            queue.async {
-                do throws(Failure) {
-                    continuation.resume(returning: .success(try self.readNow(fromSeq: fromSeq, limit: limit)))
-                } catch {
-                    continuation.resume(returning: .failure(error))
-                }
-            }
-        }
-        return try result.get()
+        try await onQueue { () throws(Failure) in try self.readNow(fromSeq: fromSeq, limit: limit) }
     }
 
-    /// Up to `limit` events from `fromSeq` on, in order.
-    public func readNow(fromSeq: UInt64, limit: Int) throws(Failure) -> [LoggedEvent] {
+    /// Up to `limit` events from `fromSeq` on, in order. On the queue only: a removal swaps the file.
+    private func readNow(fromSeq: UInt64, limit: Int) throws(Failure) -> [LoggedEvent] {
         let range: (start: Int64, end: Int64)? = state.withLock { state in
             guard fromSeq >= 1, fromSeq <= state.lastSeq else { return nil }
             let last = min(state.lastSeq, fromSeq + UInt64(max(limit, 1)) - 1)
@@ -193,18 +182,19 @@ public final class EventJournal: Sendable {
         }
     }
 
-    /// Retention: every event whose end (`LoggedEvent.end`) is before `cutoff` becomes a
-    /// stand-in, as with `remove`. Reads the file only when something may have expired.
+    /// Retention: every event whose `LoggedEvent.expiry` is before `cutoff` becomes a stand-in,
+    /// as with `remove`. Reads the file only when something may have expired.
     public func expire(before cutoff: Date) async throws(Failure) -> Removal {
         try await onQueue { () throws(Failure) in
             if case .some(let oldest) = self.state.withLock({ $0.oldestLive }), (oldest ?? .distantFuture) >= cutoff {
                 let size = self.state.withLock { $0.end }
                 return Removal(bytesBefore: size, bytesAfter: size)
             }
-            return try self.removeNow { event in event.end < cutoff }
+            return try self.removeNow { event in event.expiry < cutoff }
         }
     }
 
+    /// Every file operation runs on the journal's queue, never on Swift's cooperative pool.
     private func onQueue<T: Sendable>(_ body: @escaping @Sendable () throws(Failure) -> T) async throws(Failure) -> T {
         let result: Result<T, Failure> = await withCheckedContinuation { continuation in
             queue.async { continuation.resume(returning: Result(catching: body)) }
@@ -237,7 +227,7 @@ public final class EventJournal: Sendable {
                                 payload: Array(#"{"removed":"\#(event.type)"}"#.utf8)).writeLine(to: &pending)
                     removal.events += 1
                 } else {
-                    if event.type != LoggedEvent.removedType { oldestLive = min(oldestLive ?? .distantFuture, event.end) }
+                    if event.type != LoggedEvent.removedType { oldestLive = min(oldestLive ?? .distantFuture, event.expiry) }
                     pending.append(contentsOf: line)
                     pending.append(UInt8(ascii: "\n"))
                 }
@@ -332,7 +322,8 @@ extension LoggedEvent {
         return first...last
     }
 
-    /// When what it describes ended (its span's end), or, for an event that names no time, when
-    /// it was derived: what retention goes by.
-    public var end: Date { span?.upperBound ?? time }
+    /// What retention goes by: the later of when what it describes ended (its span's end) and
+    /// when it was derived. An event derived today about last year (an import) stays for the
+    /// retention's length from today, so a consumer that was down has that long to read it.
+    public var expiry: Date { max(span?.upperBound ?? time, time) }
 }

@@ -380,20 +380,21 @@ extension JSONValue {
         }
         for minute in stride(from: 8 * 60, to: 17 * 60, by: 1) { add(String(format: "2025-03-10T%02d:%02d:00Z", minute / 60, minute % 60), work) }
         add("2025-03-10T17:00:00Z", center)
-        // Out across midnight, and the next day.
+        // Out across midnight, with no fix between 23:50 and 00:20, and home at 00:30.
         for minute in stride(from: 23 * 60 + 30, to: 24 * 60, by: 10) { add(String(format: "2025-03-10T%02d:%02d:00Z", minute / 60, minute % 60), work) }
-        for minute in stride(from: 0, to: 30, by: 10) { add(String(format: "2025-03-11T00:%02d:00Z", minute), work) }
+        add("2025-03-11T00:20:00Z", work)
         add("2025-03-11T00:30:00Z", center)
         let store = try StatsStore(.init(path: scratch.database, homes: ["van": Zone(id: "home", shape: .circle(center: center, radiusM: 150))]))
         try await store.store(fixes.map(statsFixEvent))
         let days = try await store.periods(.day, StatsQuery(device: "van"))
         let months = try await store.periods(.month, StatsQuery())
-        #expect(days.map(\.fixes) == [fixes.count - 4, 4])
+        #expect(days.map(\.fixes) == [fixes.count - 2, 2])
         #expect(days.map(\.awayFromHomeS) == [9 * 3600 + 1800, 1800])
 
-        // Noon of the 11th: the 10th's fixes go, the 11th's stay.
-        #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 4)
-        #expect(try await store.counts()["fixes"] == 4)
+        // Noon of the 11th: the 10th's fixes go, the 11th's stay. The 11th still counts its
+        // first twenty minutes away, from the 10th's last fix.
+        #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 2)
+        #expect(try await store.counts()["fixes"] == 2)
         #expect(try await store.periods(.day, StatsQuery(device: "van")) == days)
         #expect(try await store.periods(.month, StatsQuery()) == months)
         // A day starting in the range counts whole; one that does not, not at all.
@@ -405,7 +406,8 @@ extension JSONValue {
         // A fix of the 10th imported later is counted with it once it expires too.
         try await store.store([statsFixEvent(Fix(seq: 9999, device: "van", time: statsTime("2025-03-10T20:00:00Z"), lat: center.lat, lon: center.lon, accuracyM: 10, source: .import))])
         #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == 1)
-        #expect(try await store.periods(.day, StatsQuery(device: "van")).map(\.fixes) == [fixes.count - 3, 4])
+        #expect(try await store.periods(.day, StatsQuery(device: "van")).map(\.fixes) == [fixes.count - 1, 2])
+        #expect(try await store.periods(.day, StatsQuery(device: "van")).map(\.awayFromHomeS) == days.map(\.awayFromHomeS))
     }
 
     @Test func badParametersNameTheParameter() throws {

@@ -182,11 +182,10 @@ import Testing
         #expect(!FileManager.default.fileExists(atPath: path + ".rewrite"))
     }
 
-    @Test func retentionTurnsEventsThatEndedBeforeTheCutoffIntoStandIns() async throws {
+    @Test func retentionTurnsEventsThatEndedAndWereDerivedBeforeTheCutoffIntoStandIns() async throws {
         let dir = TempDir()
         let path = dir.path + "/t.events"
         let journal = try EventJournal(path: path)
-        let derived = Date(timeIntervalSince1970: 1_763_000_000)
         func at(_ id: String, _ times: [String: String]) throws -> DerivedEvent {
             try DerivedEvent(type: "trip.ended", device: "car", id: id, payload: times.merging(["id": id]) { own, _ in own })
         }
@@ -194,19 +193,20 @@ import Testing
             at("old", ["start_time": "2025-01-01T08:00:00.000Z", "end_time": "2025-01-01T09:00:00.000Z"]),
             // Ends after the cutoff: kept whole.
             at("across", ["start_time": "2025-01-09T23:00:00.000Z", "end_time": "2025-01-10T01:00:00.000Z"]),
-            // No time of its own: goes by when it was derived (2025-11-13).
-            at("timeless", [:]),
-        ], time: derived)
+        ], time: RFC3339.parse("2025-01-02T00:00:00Z")!)
+        // No time of its own: goes by when it was derived.
+        _ = try await journal.append([at("timeless", [:])], time: RFC3339.parse("2025-01-05T00:00:00Z")!)
         let cutoff = RFC3339.parse("2025-01-10T00:00:00Z")!
-        #expect(try await journal.expire(before: cutoff).events == 1)
-        #expect(try await journal.read(fromSeq: 1, limit: 10).map(\.type) == ["removed", "trip.ended", "trip.ended"])
+        #expect(try await journal.expire(before: cutoff).events == 2)
+        #expect(try await journal.read(fromSeq: 1, limit: 10).map(\.type) == ["removed", "trip.ended", "removed"])
         #expect(try await journal.expire(before: cutoff).events == 0)
-        // An old event appended after a run (an import derived today) goes at the next run.
-        _ = try await journal.append([at("imported", ["time": "2024-06-01T12:00:00.000Z"])], time: derived)
-        #expect(try await journal.expire(before: cutoff).events == 1)
+        // An event about an old time derived later (an import) stays for the retention's length
+        // from when it was derived: a consumer that was down has that long to read it.
+        _ = try await journal.append([at("imported", ["time": "2024-06-01T12:00:00.000Z"])], time: RFC3339.parse("2025-11-13T00:00:00Z")!)
+        #expect(try await journal.expire(before: cutoff).events == 0)
         #expect(try await journal.expire(before: RFC3339.parse("2025-12-01T00:00:00Z")!).events == 2)
-        #expect(try await EventJournal(path: path).read(fromSeq: 1, limit: 10).map(\.id) == ["old", "across", "timeless", "imported"])
-        #expect(try await EventJournal(path: path).read(fromSeq: 1, limit: 10).allSatisfy { $0.type == "removed" })
+        let reopened = try await EventJournal(path: path).read(fromSeq: 1, limit: 10)
+        #expect(reopened.map(\.id) == ["old", "across", "timeless", "imported"] && reopened.allSatisfy { $0.type == "removed" })
     }
 
     @Test func anInvalidEventIsRefusedAndNothingIsWritten() async throws {

@@ -267,6 +267,15 @@ private func segmentBytes(_ directory: String) throws -> Data {
         // Restarted: retention runs at start.
         for child in services { child.signal(SIGTERM) }
         for child in services { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+        // As if the trips service had derived them two days ago: an event goes by the later of
+        // its own end and when it was derived.
+        var aged: [UInt8] = []
+        for line in try String(contentsOfFile: tripEvents, encoding: .utf8).split(separator: "\n") {
+            let event = try #require(LoggedEvent(line: Array(line.utf8)[...]))
+            LoggedEvent(seq: event.seq, type: event.type, device: event.device, id: event.id, time: Date(timeIntervalSince1970: now - 2 * 86_400),
+                        payload: event.payload).writeLine(to: &aged)
+        }
+        try Data(aged).write(to: URL(fileURLWithPath: tripEvents))
         services = try start(["drivebus-ingest", "drivebus-trips", "drivebus-stats"])
         try await waitUntilLive(.stats, config: config)
         #expect(await eventually(within: .seconds(30)) {

@@ -71,8 +71,7 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
     if let deviceSetup = configuration.deviceSetup {
         router.post("/api/v1/devices/:id/setup") { request, context in
             await respond(context) {
-                // HTTP/1.1's Host arrives as the request's authority, not among its headers.
-                try ActionGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []), action: "setup")
+                try ActionGuard.check(request, action: "setup")
                 var response = json(try await deviceSetup(try pathParameter("id", context)))
                 response.headers[.cacheControl] = "no-store"
                 return response
@@ -83,7 +82,7 @@ public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfigura
     if let devicePurge = configuration.devicePurge {
         router.post("/api/v1/devices/:id/purge") { request, context in
             await respond(context) {
-                try ActionGuard.check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []), action: "purge")
+                try ActionGuard.check(request, action: "purge")
                 let purge = try DevicePurgeRequest(device: try pathParameter("id", context), query: request.uri.query ?? "")
                 var response = json(try await devicePurge(purge))
                 response.headers[.cacheControl] = "no-store"
@@ -358,6 +357,11 @@ public struct DevicePurgeRequest: Sendable, Equatable {
 /// exist only while stats listens on loopback, so no other machine reaches them; the rest keeps
 /// other sites out of a browser on this machine.
 public enum ActionGuard {
+    /// A request's headers, with HTTP/1.1's Host, which arrives as its authority.
+    static func check(_ request: Request, action: String) throws(StatsError) {
+        try check(request.headers.map { ($0.name.canonicalName, $0.value) } + (request.head.authority.map { [("host", $0)] } ?? []), action: action)
+    }
+
     /// `action` is what the request must name in `X-Drivebus-Action`: `setup`, `purge`.
     public static func check(_ headers: [(name: String, value: String)], action: String) throws(StatsError) {
         func header(_ name: String) -> String? { headers.first { $0.name == name }?.value }

@@ -148,6 +148,22 @@ enum PeriodQueries {
                     days[day, default: Bucket()].awayS += seconds
                 }
             }
+            // An expired day's last fix carries the clock past its midnight to the next fix kept,
+            // as the fixes themselves did: the part up to midnight is in that day's frozen
+            // figures, the rest is counted here.
+            let carries = try Row.fetchAll(db, sql: """
+                SELECT day, last_ms, last_lat, last_lon FROM fix_days
+                WHERE device = ? AND last_ms IS NOT NULL AND (day + 1) * \(dayMs) < ? AND (day + 1) * \(dayMs) + ? > ?
+                """, arguments: [device, toMs, maxGapMs, fromMs])
+            for carry in carries {
+                let midnight = ((carry[0] as Int64) + 1) * dayMs
+                guard let next = try Row.fetchOne(db, sql: """
+                    SELECT time_ms, lat, lon FROM fixes WHERE device = ? AND time_ms >= ? ORDER BY time_ms LIMIT 1
+                    """, arguments: [device, midnight]) else { continue }
+                var clock = AwayClock(home: home, maxGapMs: maxGapMs, fromMs: max(midnight, fromMs), toMs: toMs)
+                clock.add(time: carry[1], at: Coordinate(lat: carry[2], lon: carry[3])) { _, _ in }
+                clock.add(time: next[0], at: Coordinate(lat: next[1], lon: next[2])) { day, seconds in days[day, default: Bucket()].awayS += seconds }
+            }
         }
 
         if includeFrozen {

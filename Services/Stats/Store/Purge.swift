@@ -56,18 +56,26 @@ extension StatsStore {
                     let day = PeriodQueries.floorDiv(first, PeriodQueries.dayMs)
                     guard day < firstKeptDay else { return 0 }
                     let (start, end) = (day * PeriodQueries.dayMs, (day + 1) * PeriodQueries.dayMs)
-                    // Across midnight, the clock of time away starts again at the day's first fix:
-                    // the day before is gone already.
+                    // The day before is gone already: the clock of time away runs on from its last
+                    // fix, kept in `fix_days` (PeriodQueries.compute).
                     let figures = try PeriodQueries.compute(
                         db, period: .day, query: StatsQuery(device: device, from: Date(timeIntervalSince1970: Double(start) / 1000),
                                                             to: Date(timeIntervalSince1970: Double(end) / 1000)),
                         configuration: configuration, homes: homes, includeFrozen: false
                     ).first
+                    let last = try Row.fetchOne(db, sql: """
+                        SELECT time_ms, lat, lon FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? ORDER BY time_ms DESC LIMIT 1
+                        """, arguments: [device, start, end])
                     // Added to what a day already frozen holds: fixes of it imported since.
                     try db.execute(sql: """
-                        INSERT INTO fix_days (device, day, fixes, away_s) VALUES (?, ?, ?, ?)
-                        ON CONFLICT (device, day) DO UPDATE SET fixes = fixes + excluded.fixes, away_s = coalesce(away_s, 0) + excluded.away_s
-                        """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS])
+                        INSERT INTO fix_days (device, day, fixes, away_s, last_ms, last_lat, last_lon) VALUES (?, ?, ?, ?, ?, ?, ?)
+                        ON CONFLICT (device, day) DO UPDATE SET
+                            fixes = fixes + excluded.fixes,
+                            away_s = CASE WHEN excluded.away_s IS NULL THEN away_s ELSE coalesce(away_s, 0) + excluded.away_s END,
+                            last_lat = CASE WHEN excluded.last_ms > coalesce(last_ms, excluded.last_ms - 1) THEN excluded.last_lat ELSE last_lat END,
+                            last_lon = CASE WHEN excluded.last_ms > coalesce(last_ms, excluded.last_ms - 1) THEN excluded.last_lon ELSE last_lon END,
+                            last_ms = max(coalesce(last_ms, excluded.last_ms), excluded.last_ms)
+                        """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS, last?[0] as Int64?, last?[1] as Double?, last?[2] as Double?])
                     try db.execute(sql: "DELETE FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ?", arguments: [device, start, end])
                     return max(db.changesCount, 1)
                 }

@@ -365,10 +365,12 @@ enum StatsSchema {
         }
         migrator.registerMigration("v9-fix-days") { db in
             // A day's figures that come from its fixes (their count, the time away from home),
-            // kept when `retention.raw_fixes_days` lets the fixes go (issue 21).
+            // kept when `retention.raw_fixes_days` lets the fixes go (issue 21), with the day's
+            // last fix, from which the clock of time away runs on past midnight.
             try db.execute(sql: """
                 CREATE TABLE fix_days (
                     device TEXT NOT NULL, day INTEGER NOT NULL, fixes INTEGER NOT NULL, away_s REAL,
+                    last_ms INTEGER, last_lat REAL, last_lon REAL,
                     PRIMARY KEY (device, day)) WITHOUT ROWID
                 """)
         }
