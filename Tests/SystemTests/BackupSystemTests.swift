@@ -173,7 +173,14 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(tripEvents.compactMap { LoggedEvent(line: Array($0.utf8)[...]).map { "\($0.seq) \($0.type) \($0.device ?? "")" } }
             == ["1 removed car", "2 removed car", "3 trip.started car", "4 trip.started bike"])
 
-        // Stats holds the car's next day only, and all of the bike.
+        // Stats holds the car's next day only, and all of the bike; the car's first fix is now the next day's.
+        func firstFix(_ device: String) async throws -> String? {
+            let answer = try JSONSerialization.jsonObject(with: Data(try await http("GET", "http://127.0.0.1:\(ports[1])/api/v1/devices").body.utf8))
+            let devices = try #require((answer as? [String: Any])?["devices"] as? [[String: Any]])
+            return try #require(devices.first { $0["device"] as? String == device })["first_fix"] as? String
+        }
+        #expect(try await firstFix("car") == "2025-11-14T02:13:20.000Z")
+        #expect(try await firstFix("bike") == "2025-11-13T02:13:20.000Z")
         let car = try await csv(ports[1], device: "car")
         #expect(car.count == 200)
         #expect(car.allSatisfy { $0.contains("2025-11-14T") }, "\(car.prefix(2))")
@@ -208,10 +215,11 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(String(decoding: rest, as: UTF8.self) == #"""
             {"complete":true,"device":"bike","events":{"checkout":{"events":0,"rows":{}},"geofence":{"events":0,"rows":{"outbox":0}},\#
             "scorer":{"events":0,"rows":{}},"trips":{"events":1,"rows":{}}},"from":"2025-11-13T00:00:00.000Z","not_reached":{},\#
-            "stats":{"checkouts":0,"events":0,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
+            "stats":{"checkouts":0,"devices":1,"events":0,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
             "map_trips":0,"scores":0,"trips":0,"visits":0},"to":"2025-11-13T23:59:59.999Z"}
             """#)
         #expect(try await csv(ports[1], device: "bike").isEmpty)
+        #expect(try await firstFix("bike") == nil)
 
         // Stats' database rebuilt from scratch, from the journal and the event journals: the
         // purged trip does not come back from `trips.events`.

@@ -36,6 +36,23 @@ extension StatsStore {
             for table in ["scores", "map_tiles", "map_trips", "map_pending", "trips"] {
                 try delete(table, "trip_id IN (SELECT value FROM json_each(?))", [Self.jsonArray(trips)])
             }
+            // The device's first and last fix, when the range held either, from what is left (the
+            // fixes, and the days kept from expired ones); its battery, when the last fix went.
+            // With nothing left, its row goes: the devices list shows it as it shows a new one.
+            let left = (
+                first: "min(coalesce((SELECT min(time_ms) FROM fixes WHERE device = ?1), \(Int64.max)), coalesce((SELECT min(day) * \(PeriodQueries.dayMs) FROM fix_days WHERE device = ?1), \(Int64.max)))",
+                last: "max(coalesce((SELECT max(time_ms) FROM fixes WHERE device = ?1), 0), coalesce((SELECT max(last_ms) FROM fix_days WHERE device = ?1), 0))")
+            try db.execute(sql: """
+                UPDATE devices SET
+                    battery = CASE WHEN last_ms BETWEEN ?2 AND ?3 THEN NULL ELSE battery END,
+                    battery_ms = CASE WHEN last_ms BETWEEN ?2 AND ?3 THEN NULL ELSE battery_ms END,
+                    first_ms = CASE WHEN first_ms BETWEEN ?2 AND ?3 THEN \(left.first) ELSE first_ms END,
+                    last_ms = CASE WHEN last_ms BETWEEN ?2 AND ?3 THEN \(left.last) ELSE last_ms END
+                WHERE device = ?1
+                """, arguments: [device, low, high])
+            try delete("devices", """
+                device = ?1 AND NOT EXISTS (SELECT 1 FROM fixes WHERE device = ?1) AND NOT EXISTS (SELECT 1 FROM fix_days WHERE device = ?1)
+                """, [device])
             return purged
         }
     }
