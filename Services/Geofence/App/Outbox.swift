@@ -1,4 +1,5 @@
 import Foundation
+import DrivebusKit
 import GRDB
 
 /// A webhook call waiting to be made, or made. The row is written before the first attempt, so a
@@ -99,10 +100,20 @@ final class Outbox: Sendable {
     // The delivery loop's calls are async: GRDB runs them on its own queue, off the cooperative pool.
 
     func pending(dueBy time: Date) async throws -> [OutboxEntry] {
-        try await database.read { db in
-            try OutboxEntry.filter(Column("state") == OutboxEntry.State.pending.rawValue && Column("nextAttemptAt") <= time)
+        let due = Self.storageText(time)
+        return try await database.read { db in
+            try OutboxEntry.filter(Column("state") == OutboxEntry.State.pending.rawValue && Column("nextAttemptAt") <= due)
                 .order(Column("nextAttemptAt")).fetchAll(db)
         }
+    }
+
+    /// A date as GRDB stores it, `2026-11-21 18:42:54.123` (UTC), written without binding a
+    /// `Date`: GRDB formats those with Foundation's DateFormatter, which loads ICU's data, 5.8 MB
+    /// of an idle geofence's memory, for the question the delivery loop asks every few seconds.
+    static func storageText(_ date: Date) -> String {
+        var bytes = Array(RFC3339.format(date).utf8.dropLast())  // no "Z"
+        bytes[10] = UInt8(ascii: " ")  // for the "T"
+        return String(decoding: bytes, as: UTF8.self)
     }
 
     func nextAttempt() async throws -> Date? {
