@@ -96,7 +96,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             if let days = context.settings.derivedEventsDays {
                 group.addTask {
                     await self.expireEvents(olderThanDays: days)
-                    try await self.periodic(.seconds(3600)) { await self.expireEvents(olderThanDays: days) }
+                    try await self.periodic(.seconds(86_400)) { await self.expireEvents(olderThanDays: days) }
                 }
             }
             try await follower.run(
@@ -119,8 +119,9 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         await flushCheckpoints()
     }
 
-    /// `retention.derived_events_days`, at start and every hour: a failure is logged and tried
-    /// again next time.
+    /// `retention.derived_events_days`, at start and once a day: each run that finds something
+    /// expired writes the whole event journal again (`trips.events` holds every trip's track), so
+    /// a day's worth at a time, not an hour's. A failure is logged and tried again next time.
     private func expireEvents(olderThanDays days: Double) async {
         let cutoff = Date().addingTimeInterval(-days * 86_400)
         do {
