@@ -39,7 +39,7 @@ public final class EventJournal: Sendable {
         var recentSet: Set<String> = []
         /// The earliest `LoggedEvent.expiry` of the events that are not stand-ins (a lower bound);
         /// nil when there are none. Unknown (`.none`) until a removal has read the whole file,
-        /// after which appends keep it: an hourly `expire` with nothing to do reads nothing.
+        /// after which appends keep it: a daily `expire` with nothing to do reads nothing.
         var oldestLive: Date??
         var lastSeq: UInt64 { UInt64(offsets.count) }
 
@@ -214,9 +214,8 @@ public final class EventJournal: Sendable {
         var written: Int64 = 0
         var oldestLive: Date?
         func flush() throws(Failure) {
-            let count = pending.withUnsafeBytes { write(out, $0.baseAddress, $0.count) }
-            guard count == pending.count else { throw .io("\(rewrite): \(String(cString: strerror(errno)))") }
-            written += Int64(count)
+            if let error = pending.withUnsafeBytes({ writeFully(out, $0) }) { throw .io("\(rewrite): \(String(cString: strerror(error)))") }
+            written += Int64(pending.count)
             pending.removeAll(keepingCapacity: true)
         }
         do throws(Failure) {
@@ -255,7 +254,7 @@ public final class EventJournal: Sendable {
             unlink(rewrite)
             throw .io("cannot replace \(path): \(reason)")
         }
-        Self.syncDirectory(of: path)
+        syncDirectory(of: path)
         file.withLock { $0 = newFD }
         state.withLock { state in
             state.offsets = offsets
@@ -265,14 +264,6 @@ public final class EventJournal: Sendable {
         close(oldFD)
         removal.bytesAfter = written
         return removal
-    }
-
-    /// Makes a rename in the file's directory durable.
-    private static func syncDirectory(of path: String) {
-        let directory = open((path as NSString).deletingLastPathComponent, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard directory >= 0 else { return }
-        fsync(directory)
-        close(directory)
     }
 
     /// Reads every complete line; what follows the last newline is a torn tail, where the file
