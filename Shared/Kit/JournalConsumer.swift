@@ -242,18 +242,43 @@ public struct ReplayPage: Sendable {
     public static func fetch(from: UInt64, limit: Int, bus: BusClient) async throws -> ReplayPage {
         let request = try BusJSON.encode(IngestRPCMessages.Replay(fromSeq: from, limit: limit))
         let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(.ingest)), body: request, timeout: .seconds(10))
-        guard case .object(let root) = try JSONValue.parse(reply) else { throw RPCErrorBody.badRequest("replay reply is not an object") }
-        guard case .bool(true)? = root["ok"] else {
-            throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
+        return try ReplayPage(reply: reply)
+    }
+
+    /// Reads ingest's reply as it streams: a page holds up to thousands of payloads, each passed
+    /// on as the bytes the journal holds rather than parsed into a tree and written again.
+    public init(reply: [UInt8]) throws(RPCErrorBody) {
+        var ok = false
+        var last: UInt64?
+        var messages: [JournalMessage] = []
+        do throws(JSONReader.Failure) {
+            var reader = JSONReader(reply)
+            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                switch key {
+                case "ok": ok = try reader.readBool()
+                case "last_seq": last = try reader.readUInt64()
+                case "messages":
+                    try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in
+                        var seq: UInt64?, topic: String?, payload: [UInt8]?
+                        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                            switch key {
+                            case "seq": seq = try reader.readUInt64()
+                            case "topic": topic = try reader.readString()
+                            case "payload": payload = try reader.readRawValue()
+                            default: try reader.skipValue()
+                            }
+                        }
+                        if let seq, let topic, let payload { messages.append(JournalMessage(seq: seq, topic: topic, payload: payload)) }
+                    }
+                default: try reader.skipValue()
+                }
+            }
+        } catch {
+            throw RPCErrorBody.badRequest("replay reply: \(error)")
         }
-        guard case .number(let number)? = root["last_seq"], let last = UInt64(exactly: number), case .array(let items)? = root["messages"] else {
-            throw RPCErrorBody.badRequest("replay reply lacks last_seq or messages")
-        }
-        let messages = items.compactMap { item -> JournalMessage? in
-            guard case .object(let entry) = item, case .number(let number)? = entry["seq"], let seq = UInt64(exactly: number),
-                  case .string(let topic)? = entry["topic"], let payload = entry["payload"] else { return nil }
-            return JournalMessage(seq: seq, topic: topic, payload: payload.encoded)
-        }
-        return ReplayPage(lastSeq: last, messages: messages)
+        guard ok else { throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self)) }
+        guard let last else { throw RPCErrorBody.badRequest("replay reply lacks last_seq") }
+        lastSeq = last
+        self.messages = messages
     }
 }

@@ -233,7 +233,10 @@ public enum EventsRPC {
 
 /// The seq of a journaled payload, live off the bus.
 enum JournalConsumerSeq {
+    /// Ingest puts the journal seq in the header; the payload's `seq` is read only for a message
+    /// from an ingest older than that, which saves every consumer a second decode of each fix.
     static func of(_ message: BusMessage) -> UInt64? {
+        if let seq = message.header.logSeq { return seq }
         if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
         return (try? message.decode(SeqOnly.self))?.seq
     }

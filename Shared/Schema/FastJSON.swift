@@ -402,6 +402,15 @@ public struct JSONReader {
         }
     }
 
+    /// Reads past any value and returns its bytes as they are, checked to be JSON: a document
+    /// embedded in another goes on unchanged, without a tree made of it and written again.
+    public mutating func readRawValue() throws(Failure) -> [UInt8] {
+        skipSpace()
+        let start = index
+        try skipValue()
+        return Array(bytes[start..<index])
+    }
+
     /// Reads an array, calling `element` with the reader positioned at each element.
     public mutating func readArray(_ element: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
         try expect(UInt8(ascii: "["))

@@ -219,3 +219,26 @@ import Testing
         #expect(try await journal.read(fromSeq: 1, limit: 10).isEmpty)
     }
 }
+
+/// Ingest's `replay` reply as a follower reads it.
+@Suite struct ReplayPageTests {
+    @Test func payloadsPassThroughByteForByte() throws {
+        // Keys out of order, spaces and an escaped string: a tree written again would change them.
+        let payload = #"{"seq":7, "z":1,"a":[1.50,"x\"y"],"device":"car"}"#
+        let reply = #"{"ok":true,"last_seq":9,"messages":[{"seq":7,"topic":"fix.car","payload":\#(payload)},{"seq":8,"topic":"motion.car","payload":{}}]}"#
+        let page = try ReplayPage(reply: Array(reply.utf8))
+        #expect(page.lastSeq == 9)
+        #expect(page.messages.map(\.seq) == [7, 8])
+        #expect(page.messages.map(\.topic) == ["fix.car", "motion.car"])
+        #expect(page.messages.first?.payload == Array(payload.utf8))
+        #expect(page.messages.last?.payload == Array("{}".utf8))
+    }
+
+    @Test func aFailureOrABrokenReplyIsAnError() {
+        #expect(throws: RPCErrorBody(code: "replay.failed", message: #"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#)) {
+            try ReplayPage(reply: Array(#"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#.utf8))
+        }
+        #expect(throws: RPCErrorBody.badRequest("replay reply lacks last_seq")) { try ReplayPage(reply: Array(#"{"ok":true,"messages":[]}"#.utf8)) }
+        #expect(throws: RPCErrorBody.self) { try ReplayPage(reply: Array(#"{"ok":true,"last_seq":1,"messages":[{"seq":1,"topic":"fix.car","payload":{"lat":}}]}"#.utf8)) }
+    }
+}

@@ -65,6 +65,8 @@ struct ReplayReply: Decodable {
         let fix = try #require(try received?.decode(Fix.self))
         #expect(fix == Fix(seq: 1, device: "car", time: date("2015-10-01T15:00:00Z"), lat: 37.3318, lon: -122.030581, accuracyM: 30, altitudeM: 0, speedMps: 4, battery: 0.8, source: .overland))
         #expect(received?.header.source == "ingest")
+        // The header carries the journal seq, so followers need not decode the payload for it.
+        #expect(received?.header.logSeq == 1)
 
         // Replay gives back exactly what was published.
         let replay = try BusJSON.decode(ReplayReply.self, from: try await client.loop.request(
@@ -72,6 +74,10 @@ struct ReplayReply: Decodable {
         #expect(replay.messages.map(\.topic) == ["fix.car", "motion.car"])
         #expect(replay.messages.map(\.seq) == [1, 2])
         #expect(replay.messages.first?.payload == fix)
+        // What a follower replays is the payload exactly as published, not a re-encoding.
+        let page = try await ReplayPage.fetch(from: 1, limit: 1, bus: client)
+        #expect(page.messages.first?.payload == received?.payload)
+        #expect(page.lastSeq == 2)
 
         // Overland re-sends the same batch: acknowledged, nothing new.
         #expect(try await http("POST", base + "/overland", token: token, body: batch).status == 200)

@@ -21,7 +21,7 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     }
     let journal = try Journal(path: config.layout.dataDir + "/journal", options: journalOptions) { entry, record in
         do {
-            try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload)
+            try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload, logSeq: entry.seq)
         } catch {
             logger.error("journaled seq \(entry.seq) not published: \(error)")
         }
