@@ -216,17 +216,30 @@ public enum EventsRPC {
     static func fetch(_ service: ServiceName, from: UInt64, limit: Int, bus: BusClient) async throws -> (records: [LoggedEvent], lastSeq: UInt64) {
         let request = Array(#"{"op":"events","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
         let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(service)), body: request, timeout: .seconds(10))
-        guard case .object(let root) = try JSONValue.parse(reply), case .bool(true)? = root["ok"] else {
-            throw RPCErrorBody(code: "events.failed", message: String(decoding: reply.prefix(300), as: UTF8.self))
-        }
-        guard case .number(let number)? = root["last_seq"], let last = UInt64(exactly: number), case .array(let items)? = root["events"] else {
-            throw RPCErrorBody.badRequest("events reply lacks last_seq or events")
-        }
+        // Read as it streams, each event's payload kept as its bytes (as `ReplayPage` does).
+        var ok = false
+        var last: UInt64?
         var events: [LoggedEvent] = []
-        for item in items {
-            guard let event = LoggedEvent(line: item.encoded[...]) else { throw RPCErrorBody.badRequest("events reply holds an unreadable event") }
-            events.append(event)
+        var unreadable = false
+        do throws(JSONReader.Failure) {
+            var reader = JSONReader(reply)
+            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                switch key {
+                case "ok": ok = try reader.readBool()
+                case "last_seq": last = try reader.readUInt64()
+                case "events":
+                    try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in
+                        if let event = LoggedEvent(line: try reader.readRawValue()[...]) { events.append(event) } else { unreadable = true }
+                    }
+                default: try reader.skipValue()
+                }
+            }
+        } catch {
+            throw RPCErrorBody.badRequest("events reply: \(error)")
         }
+        guard ok else { throw RPCErrorBody(code: "events.failed", message: String(decoding: reply.prefix(300), as: UTF8.self)) }
+        guard let last else { throw RPCErrorBody.badRequest("events reply lacks last_seq") }
+        guard !unreadable else { throw RPCErrorBody.badRequest("events reply holds an unreadable event") }
         return (events, last)
     }
 }

@@ -126,16 +126,29 @@ public struct LoggedEvent: Sendable, Equatable {
     }
 
     /// Reads one line as `writeLine` wrote it (without its newline); nil if it is not one.
+    /// The payload keeps its bytes: read as it streams, not parsed into a tree and written again
+    /// (a trip's event holds its whole track).
     public init?(line: ArraySlice<UInt8>) {
-        guard case .object(let object)? = try? JSONValue.parse(Array(line)),
-              case .number(let number)? = object["seq"], let seq = UInt64(exactly: number), seq >= 1,
-              case .string(let type)? = object["type"], case .string(let id)? = object["id"],
-              case .string(let timeText)? = object["time"], let time = RFC3339.parse(timeText),
-              let payload = object["payload"]
-        else { return nil }
-        var device: String?
-        if case .string(let value)? = object["device"] { device = value }
-        self.init(seq: seq, type: type, device: device, id: id, time: time, payload: payload.encoded)
+        var seq: UInt64?, type: String?, device: String?, id: String?, time: Date?, payload: [UInt8]?
+        var reader = JSONReader(Array(line))
+        do throws(JSONReader.Failure) {
+            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                switch key {
+                case "seq": seq = try reader.readUInt64()
+                case "type": type = try reader.readString()
+                case "device": device = reader.readNull() ? nil : try reader.readString()
+                case "id": id = try reader.readString()
+                case "time": time = RFC3339.parse(try reader.readString())
+                case "payload": payload = try reader.readRawValue()
+                default: try reader.skipValue()
+                }
+            }
+            try reader.finish()
+        } catch {
+            return nil
+        }
+        guard let seq, seq >= 1, let type, let id, let time, let payload else { return nil }
+        self.init(seq: seq, type: type, device: device, id: id, time: time, payload: payload)
     }
 
     /// The bus topic it was published on.

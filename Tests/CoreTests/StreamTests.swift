@@ -140,6 +140,20 @@ import Testing
         #expect(LoggedEvent(line: Array(#"{"seq":7,"type":"trip.ended","id":"a","time":"2026-01-01T00:00:00.000Z","payload":{}}"#.utf8)[...])?.seq == 7)
     }
 
+    @Test func aLineIsReadWithItsPayloadsBytesAsTheyAre() {
+        let payload = #"{"track":[[48.2,16.37],[48.21,16.38]],"end_time":"2026-01-01T00:10:00.000Z","device":"car"}"#
+        let line = #"{"seq":3,"type":"trip.ended","device":"car","id":"trip-1","time":"2026-01-01T00:10:01.000Z","payload":\#(payload)}"#
+        let event = LoggedEvent(line: Array(line.utf8)[...])
+        #expect(event == LoggedEvent(seq: 3, type: "trip.ended", device: "car", id: "trip-1", time: RFC3339.parse("2026-01-01T00:10:01.000Z")!, payload: Array(payload.utf8)))
+        var written: [UInt8] = []
+        event?.writeLine(to: &written)
+        #expect(written == Array((line + "\n").utf8))
+        // No device, a null device, and what is not one line of JSON.
+        #expect(LoggedEvent(line: Array(#"{"seq":1,"type":"x","device":null,"id":"a","time":"2026-01-01T00:00:00.000Z","payload":[]}"#.utf8)[...])?.device == nil)
+        #expect(LoggedEvent(line: Array(#"{"seq":1,"type":"x","id":"a","time":"2026-01-01T00:00:00.000Z","payload":{}} {}"#.utf8)[...]) == nil)
+        #expect(LoggedEvent(line: Array(#"{"seq":1,"type":"x","id":"a","time":"yesterday","payload":{}}"#.utf8)[...]) == nil)
+    }
+
     @Test func aPurgeTurnsADevicesEventsAboutTheRangeIntoStandInsAndNothingElse() async throws {
         let dir = TempDir()
         let path = dir.path + "/t.events"
