@@ -40,6 +40,12 @@ struct SystemBench: AsyncParsableCommand {
     @Option(help: "Path of an OwnTracks Recorder executable (ot-recorder) to load the same way.")
     var otrecorder: String?
 
+    func validate() throws {
+        guard requests >= 1, connections >= 1, fixes >= 1, batchSize >= 1, batchConnections >= 1, rounds >= 1 else {
+            throw ValidationError("every count must be at least 1")
+        }
+    }
+
     func run() async throws {
         let token = "bench-token-0123456789"
         let system = try await BenchSystem(services: ServiceName.standard, extraConfig: """
@@ -166,13 +172,20 @@ final class OwnTracksRecorder {
         store = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
         let initialize = try Process.run(URL(fileURLWithPath: executable), arguments: ["--storage", store, "--initialize"])
         initialize.waitUntilExit()
+        guard initialize.terminationStatus == 0 else {
+            try? FileManager.default.removeItem(atPath: store)
+            throw ValidationError("\(executable) --initialize exited with status \(initialize.terminationStatus)")
+        }
         port = freePort()
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["--storage", store, "--norevgeo", "--quiet", "--port", "0", "--http-host", "127.0.0.1", "--http-port", String(port)]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
-        try process.run()
+        do { try process.run() } catch {
+            try? FileManager.default.removeItem(atPath: store)
+            throw error
+        }
         let started = ContinuousClock.now
         while (try? HTTPConnection(port: port)) == nil {
             guard process.isRunning, ContinuousClock.now < started + .seconds(10) else {

@@ -273,6 +273,7 @@ public struct ReplayPage: Sendable {
                 default: try reader.skipValue()
                 }
             }
+            try reader.finish()
         } catch {
             throw RPCErrorBody.badRequest("replay reply: \(error)")
         }

@@ -234,6 +234,7 @@ public enum EventsRPC {
                 default: try reader.skipValue()
                 }
             }
+            try reader.finish()
         } catch {
             throw RPCErrorBody.badRequest("events reply: \(error)")
         }

@@ -104,17 +104,24 @@ final class StatsRecorder: Service, Sendable {
                     if let beat = try? beat.decode(Heartbeat.self) { self.metrics.record(beat) }
                 }
             }
-            group.addTask { await self.keepMapCurrent() }
-            group.addTask { try await self.writeJournalRows() }
-            if let days = retention.rawFixesDays { group.addTask { await self.expireFixes(olderThanDays: days) } }
+            group.addTask { await cancelWhenGracefulShutdown { await self.keepMapCurrent() } }
+            if let days = retention.rawFixesDays { group.addTask { await cancelWhenGracefulShutdown { await self.expireFixes(olderThanDays: days) } } }
             for source in Self.eventSources {
                 let from = try await store.cursor(source.name)
                 group.addTask { try await self.follow(source, from: from) }
             }
-            try await StreamFollower(source: .journal, bus: context.bus, logger: context.logger).run(
-                from: from, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
-            ) { messages, _ in try await self.storeJournal(messages) }
-            group.cancelAll()
+            // The journal's follower and writer are both children, so that either one failing
+            // cancels the other (and stats exits, to be restarted) instead of one waiting forever
+            // for the other. At graceful shutdown the follower returns and the writer stores
+            // what is pending, uncancelled, before it returns too.
+            group.addTask { try await self.writeJournalRows() }
+            let from = from
+            group.addTask {
+                defer { self.wake.finish() }
+                try await StreamFollower(source: .journal, bus: self.context.bus, logger: self.context.logger).run(
+                    from: from, cursor: { [self] in journalLive.store($0.isLive, ordering: .relaxed) }
+                ) { messages, _ in try await self.storeJournal(messages) }
+            }
         }
     }
 
@@ -206,22 +213,24 @@ final class StatsRecorder: Service, Sendable {
     /// (synchronous=FULL); gathered for 50 ms they cost a fifth of that. The cursor moves in
     /// the same transaction as the rows, so rows not stored when stats stops are replayed from
     /// the journal at its next start, as after a crash.
+    /// Ends once the follower has finished `wake` and what it left is stored; throws what
+    /// storing threw.
     private func writeJournalRows() async throws {
         for await _ in wakes {
             if pending.withLock({ $0.rows.count }) < Self.gatherRows { try? await Task.sleep(for: Self.gatherWindow) }
-            if Task.isCancelled { return }
-            let batch = pending.withLock { pending in
-                defer { pending = PendingRows() }
-                return pending
-            }
-            guard !batch.rows.isEmpty else { continue }
-            do {
-                try await flush(batch.rows, cursor: "journal", seq: batch.last, state: batch.state)
-            } catch is CancellationError {
-                return
-            }
-            seq.store(batch.last, ordering: .relaxed)
+            try await storePending()
         }
+        try await storePending()
+    }
+
+    private func storePending() async throws {
+        let batch = pending.withLock { pending in
+            defer { pending = PendingRows() }
+            return pending
+        }
+        guard !batch.rows.isEmpty else { return }
+        try await flush(batch.rows, cursor: "journal", seq: batch.last, state: batch.state)
+        seq.store(batch.last, ordering: .relaxed)
     }
 
     private func flush(_ rows: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws {
