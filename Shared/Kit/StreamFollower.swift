@@ -216,7 +216,11 @@ public enum EventsRPC {
     static func fetch(_ service: ServiceName, from: UInt64, limit: Int, bus: BusClient) async throws -> (records: [LoggedEvent], lastSeq: UInt64) {
         let request = Array(#"{"op":"events","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
         let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(service)), body: request, timeout: .seconds(10))
-        // Read as it streams, each event's payload kept as its bytes (as `ReplayPage` does).
+        return try page(reply: reply)
+    }
+
+    /// Reads a reply as it streams, each event's payload kept as its bytes (as `ReplayPage` does).
+    public static func page(reply: [UInt8]) throws(RPCErrorBody) -> (records: [LoggedEvent], lastSeq: UInt64) {
         var ok = false
         var last: UInt64?
         var events: [LoggedEvent] = []

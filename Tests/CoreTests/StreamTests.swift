@@ -248,6 +248,18 @@ import Testing
         #expect(page.messages.last?.payload == Array("{}".utf8))
     }
 
+    @Test func anEventsPageKeepsEachPayloadsBytes() throws {
+        let payload = #"{"trip_id":"car-1", "track":[[48.2,16.30],[48.2,16.31]]}"#
+        let line = #"{"seq":4,"type":"trip.ended","device":"car","id":"trip.ended-car-1","time":"2026-11-21T09:00:00.000Z","payload":\#(payload)}"#
+        let page = try EventsRPC.page(reply: Array(#"{"ok":true,"last_seq":5,"events":[\#(line)]}"#.utf8))
+        #expect(page.lastSeq == 5)
+        #expect(page.records.map(\.seq) == [4])
+        #expect(page.records.first?.payload == Array(payload.utf8))
+        #expect(throws: RPCErrorBody.badRequest("events reply holds an unreadable event")) {
+            try EventsRPC.page(reply: Array(#"{"ok":true,"last_seq":5,"events":[{"seq":0,"type":"x","id":"a","time":"2026-11-21T09:00:00.000Z","payload":{}}]}"#.utf8))
+        }
+    }
+
     @Test func aFailureOrABrokenReplyIsAnError() {
         #expect(throws: RPCErrorBody(code: "replay.failed", message: #"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#)) {
             try ReplayPage(reply: Array(#"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#.utf8))
