@@ -210,11 +210,10 @@ final class StatsRecorder: Service, Sendable {
 
     /// Stores the journal's rows, the only task that does. A phone posting one fix at a time
     /// makes live groups of one fix, and a transaction for each cost stats 65-77 µs of CPU a fix
-    /// (synchronous=FULL); gathered for 50 ms they cost a fifth of that. The cursor moves in
-    /// the same transaction as the rows, so rows not stored when stats stops are replayed from
-    /// the journal at its next start, as after a crash.
-    /// Ends once the follower has finished `wake` and what it left is stored; throws what
-    /// storing threw.
+    /// (synchronous=FULL); gathered for 50 ms they cost about half. The cursor moves in the same
+    /// transaction as the rows, so rows not stored when stats stops are replayed from the
+    /// journal at its next start, as after a crash. Ends once the follower has finished `wake`
+    /// and what it left is stored; throws what storing threw.
     private func writeJournalRows() async throws {
         for await _ in wakes {
             if pending.withLock({ $0.rows.count }) < Self.gatherRows { try? await Task.sleep(for: Self.gatherWindow) }
