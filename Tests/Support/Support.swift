@@ -243,7 +243,8 @@ public final class WebhookReceiver: @unchecked Sendable {
 /// Waits until `service` answers `health` with `ok`: started and caught up with the journal, so
 /// that what is sent from now on reaches it live. The deadline is generous because CI starts every
 /// suite's processes at once on two cores; a timeout says what the service last answered.
-public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig, within timeout: Duration = .seconds(60)) async throws {
+/// `child`, when given, is the service's process: a timeout then quotes the end of its log.
+public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig, within timeout: Duration = .seconds(60), child: Child? = nil) async throws {
     let client = BusClient(settings: config.process, name: "test-wait")
     let last = Mutex("no answer yet")
     let live = await eventually(within: timeout) {
@@ -257,7 +258,10 @@ public func waitUntilLive(_ service: ServiceName, config: DrivebusConfig, within
         }
     }
     await client.shutdown()
-    guard live else { throw Timeout(description: "\(service) did not become live within \(timeout): \(last.withLock { $0 })") }
+    guard live else {
+        let log = child.map { "; its log ends: " + String($0.stderr.suffix(2000)) } ?? ""
+        throw Timeout(description: "\(service) did not become live within \(timeout): \(last.withLock { $0 })\(log)")
+    }
 }
 
 /// Waits until `service` has processed everything in ingest's journal so far.

@@ -48,7 +48,7 @@ import Testing
         let original = try system(dir, "original")
         var children = try ["drivebus-bus", "drivebus-ingest", "drivebus-stats"].map { try Child($0, ["--config", original.path]) }
         defer { for child in children { child.signal(SIGKILL) } }
-        try await waitUntilLive(.stats, config: original.config)
+        try await waitUntilLive(.stats, config: original.config, child: children[2])
         let ingest = "http://127.0.0.1:\(original.ingest)/overland"
         for first in stride(from: 0, to: 2000, by: 200) {
             #expect(try await http("POST", ingest, token: "car-token-0123456789", body: batch(first, 200)).status == 200)

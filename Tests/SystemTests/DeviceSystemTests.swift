@@ -178,7 +178,7 @@ import ZIPFoundation
             """)
         let config = try DrivebusConfig.parse(yaml: try String(contentsOfFile: path, encoding: .utf8))
         let processes = try [ServiceName.bus, .ingest, .stats].map { try Child($0.executable, ["--config", path]) }
-        try await waitUntilLive(.stats, config: config)
+        try await waitUntilLive(.stats, config: config, child: processes[2])
         let history = dir.file("2019_MAY.json", """
             {"timelineObjects": [
               {"activitySegment": {"activityType": "IN_PASSENGER_VEHICLE", "duration": {"startTimestamp": "2019-05-01T09:30:00Z", "endTimestamp": "2019-05-01T10:00:00Z"},
