@@ -248,38 +248,49 @@ public struct ReplayPage: Sendable {
     /// Reads ingest's reply as it streams: a page holds up to thousands of payloads, each passed
     /// on as the bytes the journal holds rather than parsed into a tree and written again.
     public init(reply: [UInt8]) throws(RPCErrorBody) {
+        var messages: [JournalMessage] = []
+        lastSeq = try PageReply.read(reply, name: "replay", items: "messages") { (reader: inout JSONReader) throws(JSONReader.Failure) in
+            var seq: UInt64?, topic: String?, payload: [UInt8]?
+            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                switch key {
+                case "seq": seq = try reader.readUInt64()
+                case "topic": topic = try reader.readString()
+                case "payload": payload = try reader.readRawValue()
+                default: try reader.skipValue()
+                }
+            }
+            if let seq, let topic, let payload { messages.append(JournalMessage(seq: seq, topic: topic, payload: payload)) }
+        }
+        self.messages = messages
+    }
+}
+
+/// A page of a replaying RPC (ingest's `replay`, a service's `events`):
+/// `{"ok":true,"last_seq":N,"<items>":[…]}`, read as it streams.
+enum PageReply {
+    /// Calls `item` with the reader at each element of `items`; returns `last_seq`. Errors name
+    /// the RPC: `<name>.failed` for a refusal, `rpc.bad_request` for a reply that is not a page.
+    static func read(
+        _ reply: [UInt8], name: String, items: StaticString, item: (inout JSONReader) throws(JSONReader.Failure) -> Void
+    ) throws(RPCErrorBody) -> UInt64 {
         var ok = false
         var last: UInt64?
-        var messages: [JournalMessage] = []
         do throws(JSONReader.Failure) {
             var reader = JSONReader(reply)
             try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
                 switch key {
                 case "ok": ok = try reader.readBool()
                 case "last_seq": last = try reader.readUInt64()
-                case "messages":
-                    try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in
-                        var seq: UInt64?, topic: String?, payload: [UInt8]?
-                        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-                            switch key {
-                            case "seq": seq = try reader.readUInt64()
-                            case "topic": topic = try reader.readString()
-                            case "payload": payload = try reader.readRawValue()
-                            default: try reader.skipValue()
-                            }
-                        }
-                        if let seq, let topic, let payload { messages.append(JournalMessage(seq: seq, topic: topic, payload: payload)) }
-                    }
+                case _ where items ~= key: try reader.readArray(item)
                 default: try reader.skipValue()
                 }
             }
             try reader.finish()
         } catch {
-            throw RPCErrorBody.badRequest("replay reply: \(error)")
+            throw RPCErrorBody.badRequest("\(name) reply: \(error)")
         }
-        guard ok else { throw RPCErrorBody(code: "replay.failed", message: String(decoding: reply.prefix(300), as: UTF8.self)) }
-        guard let last else { throw RPCErrorBody.badRequest("replay reply lacks last_seq") }
-        lastSeq = last
-        self.messages = messages
+        guard ok else { throw RPCErrorBody(code: "\(name).failed", message: String(decoding: reply.prefix(300), as: UTF8.self)) }
+        guard let last else { throw RPCErrorBody.badRequest("\(name) reply lacks last_seq") }
+        return last
     }
 }

@@ -221,29 +221,11 @@ public enum EventsRPC {
 
     /// Reads a reply as it streams, each event's payload kept as its bytes (as `ReplayPage` does).
     public static func page(reply: [UInt8]) throws(RPCErrorBody) -> (records: [LoggedEvent], lastSeq: UInt64) {
-        var ok = false
-        var last: UInt64?
         var events: [LoggedEvent] = []
         var unreadable = false
-        do throws(JSONReader.Failure) {
-            var reader = JSONReader(reply)
-            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-                switch key {
-                case "ok": ok = try reader.readBool()
-                case "last_seq": last = try reader.readUInt64()
-                case "events":
-                    try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in
-                        if let event = LoggedEvent(line: try reader.readRawValue()[...]) { events.append(event) } else { unreadable = true }
-                    }
-                default: try reader.skipValue()
-                }
-            }
-            try reader.finish()
-        } catch {
-            throw RPCErrorBody.badRequest("events reply: \(error)")
+        let last = try PageReply.read(reply, name: "events", items: "events") { (reader: inout JSONReader) throws(JSONReader.Failure) in
+            if let event = LoggedEvent(line: try reader.readRawValue()[...]) { events.append(event) } else { unreadable = true }
         }
-        guard ok else { throw RPCErrorBody(code: "events.failed", message: String(decoding: reply.prefix(300), as: UTF8.self)) }
-        guard let last else { throw RPCErrorBody.badRequest("events reply lacks last_seq") }
         guard !unreadable else { throw RPCErrorBody.badRequest("events reply holds an unreadable event") }
         return (events, last)
     }
