@@ -57,14 +57,14 @@ struct SystemBench: AsyncParsableCommand {
         defer { recorder?.stop() }
         let bus = BusClient(settings: system.config.process, name: "bench")
         let drive = BenchDrive(start: 1_763_000_000)
+        let auth = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
+        let port = system.port
         var next = 0
 
         for round in 1...rounds {
             // One drive carries on across rounds and cases: every fix is new to the dedup.
             let bodies = (next..<next + requests).map { Array(drive.ownTracks($0).utf8) }
             next += requests
-            let auth = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
-            let port = system.port
             let run = try await system.measure(bus: bus, fixes: requests) { [connections] in
                 try HTTPConnection.load(port: port, connections: connections, bodies: bodies, path: "/owntracks", headers: auth)
             }
@@ -85,8 +85,6 @@ struct SystemBench: AsyncParsableCommand {
             let features = (first..<min(first + batchSize, next + fixes)).map { drive.overland($0) }
             return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
         }
-        let auth = [("Authorization", "Bearer \(token)"), ("Content-Type", "application/json")]
-        let port = system.port
         let run = try await system.measure(bus: bus, fixes: fixes) { [batchConnections] in
             try HTTPConnection.load(port: port, connections: batchConnections, bodies: batches, path: "/overland", headers: auth)
         }
