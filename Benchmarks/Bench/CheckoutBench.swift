@@ -10,7 +10,10 @@ import IngestCore
 /// - `NAME.csv`: the rider's fixes, a header `time,lat,lon` and optionally `speed` (m/s) and
 ///   `accuracy` (m), as `drivebus import` reads CSV;
 /// - `NAME.label.json`: `{"checkin": RFC 3339, "change": RFC 3339 or null}`, the check-in and
-///   the labelled moment the rider got out (null: a ride that must not check out).
+///   the labelled moment the rider got out (null: a ride that must not check out). With
+///   `"change_is": "stop"` the label marks when the vehicle stopped (GOAL labels it so), and is
+///   compared with the check-out's `stopped_at`; by default it marks when the walk began, and is
+///   compared with `checkout_time`.
 ///
 /// Each ride is fed three ways: replayed (fixes only, as a catch-up does), live (a tick every
 /// second of the ride's time) and in late batches (60 fixes at a time, a tick 30 s after each).
@@ -32,9 +35,19 @@ struct CheckoutBench: ParsableCommand {
     @Option(help: "Override checkout.walk_min_distance_m, to sweep it.")
     var walkMinDistance: Double?
 
+    @Option(help: "Override checkout.walk_aside_m, to sweep it.")
+    var walkAside: Double?
+
     struct Label: Decodable {
         var checkin: String
         var change: String?
+        /// What `change` marks: `walk` (the default) or `stop`.
+        var changeIs: String?
+
+        enum CodingKeys: String, CodingKey {
+            case checkin, change
+            case changeIs = "change_is"
+        }
     }
 
     func run() throws {
@@ -44,6 +57,7 @@ struct CheckoutBench: ParsableCommand {
         var configuration = CheckoutConfiguration()
         if let walkConfirm { configuration.walkConfirmS = walkConfirm }
         if let walkMinDistance { configuration.walkMinDistanceM = walkMinDistance }
+        if let walkAside { configuration.walkAsideM = walkAside }
         var delays: [Double] = [], decided: [Double] = []
         var within = 0, late = 0, missed = 0, falseCheckouts = 0, rides = 0, rideOnly = 0, modesDiffer = 0
         for name in names {
@@ -53,6 +67,9 @@ struct CheckoutBench: ParsableCommand {
             let change = try label.change.map { text -> Date in
                 guard let time = RFC3339.parse(text) else { throw ValidationError("\(name): change is not an RFC 3339 time") }
                 return time
+            }
+            guard label.changeIs == nil || label.changeIs == "walk" || label.changeIs == "stop" else {
+                throw ValidationError("\(name): change_is is neither \"walk\" nor \"stop\"")
             }
             let points = try TrackFiles.read(Data(contentsOf: URL(fileURLWithPath: base + ".csv")), name: name + ".csv")
             let fixes = points.compactMap { point -> Fix? in
@@ -77,12 +94,17 @@ struct CheckoutBench: ParsableCommand {
                 line["reason"] = checkout.reason.rawValue
                 line["checkout"] = RFC3339.format(checkout.checkoutTime)
                 if let walked = checkout.walkedM { line["walked_m"] = walked }
+                if let stoppedAt = checkout.stoppedAt { line["stopped_at"] = RFC3339.format(stoppedAt) }
+                if let confidence = checkout.confidence { line["confidence"] = confidence.rawValue }
             }
             if let change {
                 rides += 1
                 line["change"] = RFC3339.format(change)
                 if let checkout {
-                    let delay = checkout.checkoutTime.timeIntervalSince(change)
+                    // A label of the stop is compared with when the taxi stopped; a motion walk
+                    // has no stop, and its start is the best the detector knows.
+                    let time = label.changeIs == "stop" ? checkout.stoppedAt ?? checkout.checkoutTime : checkout.checkoutTime
+                    let delay = time.timeIntervalSince(change)
                     line["delay_s"] = delay
                     delays.append(delay)
                     if let decidedAt = checkout.decidedAt {

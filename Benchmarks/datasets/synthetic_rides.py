@@ -2,7 +2,7 @@
 """Writes the synthetic labelled rides in Tests/Fixtures/checkout-rides (the layout of
 Benchmarks/datasets/README.md). Physical, not real: a taxi that accelerates and brakes at
 1.5-2.5 m/s^2, a jam of stop-and-go with GPS drift, a rider who pays, walks at 1.2-1.5 m/s and
-waits at a crossing; positions carry a random walk of GPS error (5-8 m) with fresh noise on top.
+waits at a crossing, a courier who steps across the road to a door and back; positions carry a random walk of GPS error (5-8 m) with fresh noise on top.
 Deterministic: python3 synthetic_rides.py OUT_DIR"""
 import json, math, random, sys, datetime
 
@@ -47,12 +47,15 @@ def simulate(phases, phone, dt=0.1):
                 next_sample += phone.interval
     return t
 
-def write(out, name, phone, checkin, change):
+def write(out, name, phone, checkin, change, change_is=None):
     with open("%s/%s.csv" % (out, name), "w") as f:
         f.write("time,lat,lon,speed,accuracy\n" + "\n".join(phone.rows) + "\n")
+    label = {"checkin": iso(checkin), "change": iso(change) if change is not None else None,
+             "dataset": "synthetic", "mode": "taxi"}
+    if change_is:
+        label["change_is"] = change_is
     with open("%s/%s.label.json" % (out, name), "w") as f:
-        json.dump({"checkin": iso(checkin), "change": iso(change) if change is not None else None,
-                   "dataset": "synthetic", "mode": "taxi"}, f)
+        json.dump(label, f)
         f.write("\n")
 
 def main(out):
@@ -77,6 +80,13 @@ def main(out):
     ride = [(240, 12, 0), (90, 0, 0), (6, 2.5, 0), (80, 0, 0), (6, 2.5, 0), (60, 0, 0)]
     simulate(ride, phone)
     write(out, "ride-ends-in-queue", phone, 0, None)
+    # 4: every 5 s, no speed; a courier's van: labelled when it stopped (as GOAL labels), the
+    # driver sits 20 s, walks 25 m across the road to a door, waits and walks back.
+    phone = Phone(rng, 5.0, False)
+    ride = [(150, 12, 90), (12, 0, 90)]
+    stop = sum(d for d, _, _ in ride)
+    simulate(ride + [(20, 0, 0), (19, 1.3, 0), (40, 0, 0), (19, 1.3, 180), (30, 0, 180)], phone)
+    write(out, "ride-5s-courier-steps-aside", phone, 0, stop - 6, "stop")
 
 if __name__ == "__main__":
     main(sys.argv[1])

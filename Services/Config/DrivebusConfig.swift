@@ -199,7 +199,7 @@ extension DrivebusConfig {
         config.stats.map.leafletDir = try map.string("leaflet_dir", default: config.stats.map.leafletDir)
         config.checkout = try parseCheckout(top.mapping("checkout", allowed: [
             "grace_period_s", "lead_time_s", "min_confidence", "max_ride_s", "riding_speed_mps",
-            "walking_speed_max_mps", "walk_confirm_s", "walk_min_distance_m", "max_accuracy_m",
+            "walking_speed_max_mps", "walk_confirm_s", "walk_min_distance_m", "walk_aside_m", "max_accuracy_m",
         ]))
         config.geofence = try parseGeofence(top, devices: config.devices)
         config.trips = try parseTrips(top)
@@ -409,6 +409,7 @@ extension DrivebusConfig {
         checkout.walkingSpeedMaxMps = try section.double("walking_speed_max_mps", default: checkout.walkingSpeedMaxMps, in: 0.1...checkout.ridingSpeedMps)
         checkout.walkConfirmS = try section.double("walk_confirm_s", default: checkout.walkConfirmS, in: 10...3600)
         checkout.walkMinDistanceM = try section.double("walk_min_distance_m", default: checkout.walkMinDistanceM, in: 0...10_000)
+        checkout.walkAsideM = try section.double("walk_aside_m", default: checkout.walkAsideM, in: 0...10_000)
         checkout.maxAccuracyM = try section.double("max_accuracy_m", default: checkout.maxAccuracyM, in: 1...100_000)
         return checkout
     }

@@ -18,7 +18,8 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
     public var checkoutTime: Date
     public var reason: Reason
     /// The motion sample's confidence for `walking` and `running`; for `fixes`, `high` when the
-    /// rider got twice `walk_min_distance_m` away, else `medium`; null for `max_ride`.
+    /// rider got twice `walk_min_distance_m` away, `medium` when that far, `low` when only
+    /// `walk_aside_m` off the taxi's road; null for `max_ride`.
     public var confidence: MotionSample.Confidence?
     /// `checkout_time - checkin_time`, in seconds.
     public var rideS: Double
@@ -30,11 +31,13 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
     /// The ride's time when the evidence sufficed (a fix's or sample's time, or the clock):
     /// `checkout_time` is found after the fact, this is when it was known.
     public var decidedAt: Date?
+    /// For `fixes`: when the taxi stopped, before the rider left it at `checkout_time`.
+    public var stoppedAt: Date?
 
     public init(
         device: String, checkinSeq: UInt64?, checkinTime: Date, checkoutTime: Date, reason: Reason,
         confidence: MotionSample.Confidence?, rideS: Double, rideDistanceM: Double?,
-        walkedM: Double? = nil, decidedAt: Date? = nil
+        walkedM: Double? = nil, decidedAt: Date? = nil, stoppedAt: Date? = nil
     ) {
         self.device = device
         self.checkinSeq = checkinSeq
@@ -46,6 +49,7 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         self.rideDistanceM = rideDistanceM
         self.walkedM = walkedM
         self.decidedAt = decidedAt
+        self.stoppedAt = stoppedAt
     }
 
     enum CodingKeys: String, CodingKey {
@@ -57,6 +61,7 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         case rideDistanceM = "ride_distance_m"
         case walkedM = "walked_m"
         case decidedAt = "decided_at"
+        case stoppedAt = "stopped_at"
     }
 
     // Written by hand so that `confidence` is always present (null when the reason has none),
@@ -73,5 +78,6 @@ public struct TaxiCheckout: Codable, Sendable, Equatable {
         try container.encodeIfPresent(rideDistanceM, forKey: .rideDistanceM)
         try container.encodeIfPresent(walkedM, forKey: .walkedM)
         try container.encodeIfPresent(decidedAt, forKey: .decidedAt)
+        try container.encodeIfPresent(stoppedAt, forKey: .stoppedAt)
     }
 }

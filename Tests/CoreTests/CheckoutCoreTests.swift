@@ -439,6 +439,54 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(checkoutRun(imported.inputs) == replayed)
     }
 
+    enum StepAway: CaseIterable {
+        case across, back, ahead
+    }
+
+    /// A courier's van (GOAL's riders): fixes every 5 s, no speed, driving east at 10 m/s until
+    /// 300, standing 20 s, then the driver walks 26 m at 1.3 m/s, waits 40 s and walks back.
+    /// Across the road or back against the van's course is where no car in traffic goes; ahead
+    /// along the road is where a queue creeps, so 26 m ahead (21 m beyond the fixes' accuracy,
+    /// short of `walk_min_distance_m`) is not a walk.
+    @Test(arguments: StepAway.allCases)
+    func aCourierWhoStepsOffTheRoadChecksOutWhereTheVanStopped(_ direction: StepAway) {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        func fix(_ t: Double, _ x: Double, _ y: Double) {
+            let position = checkoutStreet.unproject(x: x, y: y)
+            feed.inputs.append(.fix(Fix(seq: feed.nextSeq(), device: "rider", time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: nil, source: .api)))
+        }
+        for t in stride(from: 0.0, through: 300, by: 5) { fix(t, t * 10, 0) }
+        let step: (x: Double, y: Double) = switch direction {
+        case .across: (0, 6.5)
+        case .back: (-6.5, 0)
+        case .ahead: (6.5, 0)
+        }
+        var offset = 0.0
+        for t in stride(from: 305.0, through: 480, by: 5) {
+            if (325.0...340).contains(t) { offset += 1 } else if (385.0...400).contains(t) { offset -= 1 }
+            fix(t, 3000 + step.x * offset, step.y * offset)
+        }
+        let out = checkoutRun(feed.inputs)
+        guard direction != .ahead else {
+            #expect(out.isEmpty)
+            return
+        }
+        #expect(out.count == 1)
+        let checkout = out.first
+        #expect(checkout?.reason == .fixes)
+        // Only aside, not far: low confidence, and `walked_m` is how far aside beyond half
+        // the accuracy (26 - 2.5 m).
+        #expect(checkout?.confidence == .low)
+        #expect(abs((checkout?.walkedM ?? 0) - 23.5) <= 0.051)
+        // The first fix that shows the van standing, the last one still beside it, and 60 s
+        // of fixes after the stop.
+        #expect(checkout?.stoppedAt == checkoutAt(305))
+        #expect(checkout?.checkoutTime == checkoutAt(320))
+        #expect(checkout?.decidedAt == checkoutAt(365))
+        #expect(checkout?.rideS == 320)
+    }
+
     @Test func fixesNeedARideFirst() {
         // Walking pace all along, with no riding speed: nothing.
         var feed = CheckoutFeed()
@@ -671,6 +719,12 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         walked.confidence = .high
         walked.rideDistanceM = 4213.5
         #expect(try BusJSON.decode(TaxiCheckout.self, from: try BusJSON.encode(walked)) == walked)
+        var stepped = checkout
+        (stepped.reason, stepped.confidence, stepped.walkedM) = (.fixes, .low, 17.5)
+        (stepped.stoppedAt, stepped.decidedAt) = (checkoutAt(1480), checkoutAt(1560))
+        let steppedJSON = String(decoding: try BusJSON.encode(stepped), as: UTF8.self)
+        #expect(steppedJSON.contains(#""reason":"fixes","ride_s":1500,"stopped_at":"2026-11-21T18:54:40.000Z","walked_m":17.5}"#))
+        #expect(try BusJSON.decode(TaxiCheckout.self, from: Array(steppedJSON.utf8)) == stepped)
         let noSeq = TaxiCheckout(
             device: "rider", checkinSeq: nil, checkinTime: checkoutAt(0), checkoutTime: checkoutAt(1),
             reason: .fixes, confidence: nil, rideS: 1, rideDistanceM: 0)

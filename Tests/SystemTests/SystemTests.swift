@@ -179,10 +179,14 @@ import Testing
     @Test func checkoutBenchmarkChecksTheSyntheticRidersOutWithinTenSeconds() async throws {
         let rows = try await benchmarkRows(["checkout", "--data", fixtures.appendingPathComponent("checkout-rides").path])
         let summary = try #require(rows["checkout.summary"]?.first)
-        // Two rides end in a walk, one in a taxi queue that must not check out; live, batched
-        // and replayed the same.
-        #expect(summary["rides_with_change"] as? Int == 2 && summary["rides_without"] as? Int == 1)
-        #expect(summary["within_tolerance"] as? Int == 2)
+        // Three rides end in a walk, one in a taxi queue that must not check out; live, batched
+        // and replayed the same. The courier's ride is labelled when the van stopped, and is
+        // compared with `stopped_at`.
+        #expect(summary["rides_with_change"] as? Int == 3 && summary["rides_without"] as? Int == 1)
+        #expect(summary["within_tolerance"] as? Int == 3)
+        let courier = try #require(rows["checkout.ride"]?.first { $0["ride"] as? String == "ride-5s-courier-steps-aside" })
+        #expect(courier["reason"] as? String == "fixes" && courier["confidence"] as? String == "low")
+        #expect(abs(courier["delay_s"] as? Double ?? 99) <= 10)
         #expect(summary["false_checkouts"] as? Int == 0 && summary["missed"] as? Int == 0)
         #expect(summary["modes_differ"] as? Int == 0)
         #expect((summary["median_abs_delay_s"] as? Double ?? 99) <= 10)

@@ -21,6 +21,9 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
     /// Fixes rule: how far from where the taxi stopped the rider must be by then, beyond the
     /// fixes' accuracy.
     public var walkMinDistanceM = 30.0
+    /// Fixes rule: or how far off the road the taxi came along (across it, or back against it),
+    /// beyond half the fixes' accuracy: where a car in traffic does not go.
+    public var walkAsideM = 15.0
     /// Fixes less accurate than this are left out of the fixes rule and of `ride_distance_m`.
     public var maxAccuracyM = 100.0
 
@@ -35,6 +38,7 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
         case walkingSpeedMaxMps = "walking_speed_max_mps"
         case walkConfirmS = "walk_confirm_s"
         case walkMinDistanceM = "walk_min_distance_m"
+        case walkAsideM = "walk_aside_m"
         case maxAccuracyM = "max_accuracy_m"
     }
 
@@ -49,6 +53,7 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
         walkingSpeedMaxMps = try container.decodeIfPresent(Double.self, forKey: .walkingSpeedMaxMps) ?? defaults.walkingSpeedMaxMps
         walkConfirmS = try container.decodeIfPresent(Double.self, forKey: .walkConfirmS) ?? defaults.walkConfirmS
         walkMinDistanceM = try container.decodeIfPresent(Double.self, forKey: .walkMinDistanceM) ?? defaults.walkMinDistanceM
+        walkAsideM = try container.decodeIfPresent(Double.self, forKey: .walkAsideM) ?? defaults.walkAsideM
         maxAccuracyM = try container.decodeIfPresent(Double.self, forKey: .maxAccuracyM) ?? defaults.maxAccuracyM
     }
 }

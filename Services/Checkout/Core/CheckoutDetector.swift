@@ -269,10 +269,10 @@ struct Ride: Codable, Sendable, Equatable {
                 return TaxiCheckout(
                     device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
                     checkoutTime: found.start, reason: .fixes,
-                    confidence: walked >= 2 * configuration.walkMinDistanceM ? .high : .medium,
+                    confidence: walked >= 2 * configuration.walkMinDistanceM ? .high : found.far ? .medium : .low,
                     rideS: Self.milliseconds(found.start.timeIntervalSince(checkin.time)),
                     rideDistanceM: track.distance(at: found.start).map(Self.decimetres),
-                    walkedM: Self.decimetres(walked), decidedAt: fix.time)
+                    walkedM: Self.decimetres(walked), decidedAt: fix.time, stoppedAt: found.stoppedAt)
             }
         }
         return expire(at: fix.time, clock: false, configuration)

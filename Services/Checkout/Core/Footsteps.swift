@@ -9,9 +9,10 @@ import Foundation
 /// `SpeedWindow.seconds`, with the fixes' accuracy taken off the distance, and a walk is judged
 /// on where the rider ends up: once the taxi has stopped, the fixes must show nothing faster than
 /// walking for `walk_confirm_s` and have taken the rider `walk_min_distance_m` away from the
-/// stop. A stop in traffic either moves on faster than walking (a crawl, the ride resuming) or
-/// stays where it is (the GPS drifting), so it never confirms. The check-out time is found after
-/// the fact: the moment the taxi stopped.
+/// stop, or `walk_aside_m` off the road the taxi came along (sideways or back: where no car in
+/// traffic goes). A stop in traffic either moves on faster than walking (a crawl, the ride
+/// resuming), creeps ahead along its road, or stays where it is (the GPS drifting), so it does
+/// not confirm. The check-out time is found after the fact: when the rider left the stop.
 struct Footsteps: Codable, Sendable, Equatable {
     struct Sample: Codable, Sendable, Equatable {
         var time: Date
@@ -22,10 +23,20 @@ struct Footsteps: Codable, Sendable, Equatable {
     }
 
     struct Walk: Equatable {
-        /// When the taxi stopped.
+        /// When the rider left the stop: the last fix still there.
         var start: Date
+        /// When the taxi stopped.
+        var stoppedAt: Date
         /// How far the rider got from the stop, beyond the fixes' accuracy, when it was decided.
         var walkedM: Double
+        /// Whether the rider got `walk_min_distance_m` away, not only `walk_aside_m` aside.
+        var far: Bool
+    }
+
+    /// The direction the taxi came along to its stop, as a unit vector (east, north).
+    struct Course: Codable, Sendable, Equatable {
+        var east: Double
+        var north: Double
     }
 
     enum SpeedWindow {
@@ -44,6 +55,9 @@ struct Footsteps: Codable, Sendable, Equatable {
     static let plausibleSpeedMps = 70.0
     /// Fixes older than this are forgotten; the window needs far fewer.
     static let historyS = 60.0
+    /// The taxi's course at the stop is taken over at least this much of its last path: over
+    /// less, GPS noise turns it.
+    static let courseBaseM = 20.0
 
     /// The last fixes, oldest first, within `historyS`: the window's start.
     private(set) var recent: [Sample] = []
@@ -53,6 +67,11 @@ struct Footsteps: Codable, Sendable, Equatable {
     private var stop: Sample?
     /// The last fix still at the stop (within the fixes' accuracy): the walk began after it.
     private var lastAtStop: Date?
+    /// The way the taxi came to the stop; nil when its last path was too short to tell.
+    private var course: Course?
+    /// The farthest the rider has been off the taxi's road since the stop (`clearAside`). A
+    /// courier walks to a door and back; a passenger need not stay away to have left.
+    private var asideM = 0.0
     /// Seconds since the stop that fixes vouch for: a silence counts only its first
     /// `evidenceGapS`. One fix after a minute of silence proves nothing about that minute.
     private var heardS: Double?
@@ -91,7 +110,7 @@ struct Footsteps: Codable, Sendable, Equatable {
             // Silent this long at the stop: what the rider did meanwhile is unknown (a fix hours
             // later must not confirm a walk that a running clock would have given up on). Judged
             // afresh from here.
-            (stop, lastAtStop, heardS) = (sample, sample.time, 0)
+            (stop, lastAtStop, heardS, course, asideM) = (sample, sample.time, 0, nil, 0)
             return nil
         }
         if let current = stop {
@@ -99,10 +118,11 @@ struct Footsteps: Codable, Sendable, Equatable {
             let moving = reported ?? windowSpeed
             if moving > configuration.walkingSpeedMaxMps {
                 if moving >= configuration.ridingSpeedMps { ridingAt = sample.time }
-                (stop, lastAtStop, heardS) = (nil, nil, nil)
+                (stop, lastAtStop, heardS, course, asideM) = (nil, nil, nil, nil, 0)
                 return nil
             }
             if Self.clearDistance(current, sample) == 0 { lastAtStop = sample.time }
+            asideM = max(asideM, Self.clearAside(current, sample, course: course))
             if let previous { heardS = (heardS ?? 0) + min(sample.time.timeIntervalSince(previous.time), Self.evidenceGapS) }
         } else {
             // The phone's Doppler speed, when it has one, says whether the taxi is moving;
@@ -114,26 +134,47 @@ struct Footsteps: Codable, Sendable, Equatable {
             guard let ridingAt else { return nil }
             // Still slowing down, or crawling in traffic.
             if windowSpeed > configuration.walkingSpeedMaxMps || (reported ?? 0) > configuration.walkingSpeedMaxMps { return nil }
+            let stopped: Sample
             if let previous, previous.time == ridingAt, sample.time.timeIntervalSince(previous.time) > Self.silentStopS {
                 // The phone fell silent as the taxi stopped and was heard again on foot: the
                 // taxi stopped where it was last heard, and that is the best date for the walk
                 // too (on GeoLife's labelled rides, dating it by walking pace from there was
                 // later than the labels).
-                stop = previous
-                lastAtStop = previous.time
+                stopped = previous
             } else {
-                stop = sample
-                lastAtStop = sample.time
+                stopped = sample
             }
-            heardS = 0
+            (stop, lastAtStop, heardS, asideM) = (stopped, stopped.time, 0, 0)
+            course = Self.course(to: stopped, along: recent)
             return nil
         }
         guard let stop, (heardS ?? 0) >= configuration.walkConfirmS, !inTraffic else { return nil }
         let walkedM = Self.clearDistance(stop, sample)
-        guard walkedM >= configuration.walkMinDistanceM else { return nil }
+        let far = walkedM >= configuration.walkMinDistanceM
+        guard far || asideM >= configuration.walkAsideM else { return nil }
         // The walk began when the rider left the stop, not when the taxi reached it (paying and
         // getting out take a minute or two).
-        return Walk(start: lastAtStop ?? stop.time, walkedM: walkedM)
+        return Walk(start: lastAtStop ?? stop.time, stoppedAt: stop.time, walkedM: far ? walkedM : asideM, far: far)
+    }
+
+    /// The direction from the newest earlier fix at least `courseBaseM` back to the stop.
+    static func course(to stop: Sample, along samples: [Sample]) -> Course? {
+        guard let from = samples.last(where: { $0.time < stop.time && Geo.distance($0.coordinate, stop.coordinate) >= courseBaseM })
+        else { return nil }
+        let offset = LocalProjection(origin: from.coordinate).project(stop.coordinate)
+        let length = (offset.x * offset.x + offset.y * offset.y).squareRoot()
+        return Course(east: offset.x / length, north: offset.y / length)
+    }
+
+    /// How far `sample` is off the taxi's road at the stop: across the course, plus any way back
+    /// against it, less half the fixes' accuracy. A car in traffic only creeps ahead; a rider
+    /// on foot steps to the pavement and to a door. Zero without a course.
+    static func clearAside(_ stop: Sample, _ sample: Sample, course: Course?) -> Double {
+        guard let course else { return 0 }
+        let offset = LocalProjection(origin: stop.coordinate).project(sample.coordinate)
+        let ahead = offset.x * course.east + offset.y * course.north
+        let across = abs(offset.x * course.north - offset.y * course.east)
+        return max(0, across + max(0, -ahead) - (stop.accuracyM + sample.accuracyM) / 4)
     }
 
     /// A silence at the stop longer than this starts the judgement again.
