@@ -80,7 +80,11 @@ struct CheckoutBench: ParsableCommand {
             let replayed = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .none)
             let live = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .everySecond)
             let batched = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .batches(of: 60))
-            let differ = replayed.map(\.checkoutTime) != live.map(\.checkoutTime) || replayed.map(\.checkoutTime) != batched.map(\.checkoutTime)
+            // What was decided, not when it became known (a tick may bring that forward).
+            func outcome(_ checkouts: [TaxiCheckout]) -> [String] {
+                checkouts.map { "\($0.reason) \($0.checkoutTime) \($0.stoppedAt.map { "\($0)" } ?? "-")" }
+            }
+            let differ = outcome(replayed) != outcome(live) || outcome(replayed) != outcome(batched)
             if differ { modesDiffer += 1 }
 
             var line: [String: Any] = ["name": "checkout.ride", "ride": name, "fixes": fixes.count, "modes_agree": !differ]
@@ -106,6 +110,7 @@ struct CheckoutBench: ParsableCommand {
                     let time = label.changeIs == "stop" ? checkout.stoppedAt ?? checkout.checkoutTime : checkout.checkoutTime
                     let delay = time.timeIntervalSince(change)
                     line["delay_s"] = delay
+                    if label.changeIs == "stop" { line["checkout_delay_s"] = checkout.checkoutTime.timeIntervalSince(change) }
                     delays.append(delay)
                     if let decidedAt = checkout.decidedAt {
                         line["decided_after_s"] = decidedAt.timeIntervalSince(change)

@@ -13,7 +13,7 @@ The ride holds the fixes from the first `Driving` fix (the check-in) to the last
 that run (at most 10 minutes after the change); `change` is the first `OnFoot` fix's time.
 
 Negative rides (`change`: null): every `Driving` run of at least 120 s that holds a stop in traffic,
-at least 20 s below 1 m/s between two fixes at driving speed, cut at the run's last fix.
+at least 60 s (as long as the fixes rule waits) below 1 m/s between two fixes at driving speed, cut at the run's last fix.
 
 Positions are placed around an arbitrary point (48.0 N, 11.0 E); GOAL has no speed nor accuracy.
 A fix whose time does not move forward is left out.
@@ -31,7 +31,7 @@ MIN_FOOT_S = 60
 KEEP_AFTER_S = 600
 NEGATIVE_MIN_DRIVE_S = 120
 STOP_SPEED_MPS = 1.0
-STOP_MIN_S = 20
+STOP_MIN_S = 60
 DRIVING_SPEED_MPS = 5.0
 ORIGIN_LAT, ORIGIN_LON = 48.0, 11.0
 EARTH_M = 6371000.0

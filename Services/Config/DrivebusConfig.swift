@@ -409,7 +409,7 @@ extension DrivebusConfig {
         checkout.walkingSpeedMaxMps = try section.double("walking_speed_max_mps", default: checkout.walkingSpeedMaxMps, in: 0.1...checkout.ridingSpeedMps)
         checkout.walkConfirmS = try section.double("walk_confirm_s", default: checkout.walkConfirmS, in: 10...3600)
         checkout.walkMinDistanceM = try section.double("walk_min_distance_m", default: checkout.walkMinDistanceM, in: 0...10_000)
-        checkout.walkAsideM = try section.double("walk_aside_m", default: checkout.walkAsideM, in: 0...10_000)
+        checkout.walkAsideM = try section.double("walk_aside_m", default: checkout.walkAsideM, in: 1...10_000)
         checkout.maxAccuracyM = try section.double("max_accuracy_m", default: checkout.maxAccuracyM, in: 1...100_000)
         return checkout
     }

@@ -444,12 +444,11 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
     }
 
     /// A courier's van (GOAL's riders): fixes every 5 s, no speed, driving east at 10 m/s until
-    /// 300, standing 20 s, then the driver walks 26 m at 1.3 m/s, waits 40 s and walks back.
-    /// Across the road or back against the van's course is where no car in traffic goes; ahead
-    /// along the road is where a queue creeps, so 26 m ahead (21 m beyond the fixes' accuracy,
-    /// short of `walk_min_distance_m`) is not a walk.
-    @Test(arguments: StepAway.allCases)
-    func aCourierWhoStepsOffTheRoadChecksOutWhereTheVanStopped(_ direction: StepAway) {
+    /// 300, standing 20 s, then the driver walks 26 m at 1.3 m/s (325–340), waits and walks back
+    /// (from `back`). Across the road or back against the van's course is where no car in
+    /// traffic goes; ahead along the road is where a queue creeps, so 26 m ahead (21 m beyond the
+    /// fixes' accuracy, short of `walk_min_distance_m`) is not a walk.
+    static func courier(_ direction: StepAway, back: Double = 385) -> CheckoutFeed {
         var feed = CheckoutFeed()
         feed.checkin(0)
         func fix(_ t: Double, _ x: Double, _ y: Double) {
@@ -464,10 +463,15 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         }
         var offset = 0.0
         for t in stride(from: 305.0, through: 480, by: 5) {
-            if (325.0...340).contains(t) { offset += 1 } else if (385.0...400).contains(t) { offset -= 1 }
+            if (325.0...340).contains(t) { offset += 1 } else if (back...back + 15).contains(t) { offset -= 1 }
             fix(t, 3000 + step.x * offset, step.y * offset)
         }
-        let out = checkoutRun(feed.inputs)
+        return feed
+    }
+
+    @Test(arguments: StepAway.allCases)
+    func aCourierWhoStepsOffTheRoadChecksOutWhereTheVanStopped(_ direction: StepAway) {
+        let out = checkoutRun(Self.courier(direction).inputs)
         guard direction != .ahead else {
             #expect(out.isEmpty)
             return
@@ -485,6 +489,39 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(checkout?.checkoutTime == checkoutAt(320))
         #expect(checkout?.decidedAt == checkoutAt(365))
         #expect(checkout?.rideS == 320)
+    }
+
+    @Test func aCourierBackAtTheVanBeforeItIsDecidedLeftItWhenTheWalkBegan() {
+        // Back beside the van at 360, before the 60 s since the stop are heard (365): the walk
+        // still began after 320, not at the return.
+        let out = checkoutRun(Self.courier(.across, back: 345).inputs)
+        #expect(out.map(\.checkoutTime) == [checkoutAt(320)])
+        #expect(out.map(\.confidence) == [.low])
+        #expect(out.map(\.decidedAt) == [checkoutAt(365)])
+    }
+
+    @Test func aCheckpointFromBeforeTheAsideRuleStillLoads() throws {
+        // Written mid-stop, then stripped of what this version added to it.
+        let inputs = Self.courier(.across).inputs
+        var whole = CheckoutDetector()
+        let expected = checkoutRun(inputs, &whole)
+        var first = CheckoutDetector()
+        var out = checkoutRun(Array(inputs.prefix(66)), &first)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        var json = String(decoding: try encoder.encode(first), as: UTF8.self)
+        #expect(json.contains("\"course\""))
+        for key in ["course", "asideM", "leftAt"] {
+            json = json.replacingOccurrences(of: #""\#(key)":(\{[^}]*\}|[^,}]*),?"#, with: "", options: .regularExpression)
+        }
+        json = json.replacingOccurrences(of: ",}", with: "}")
+        #expect(!json.contains("\"course\""))
+        var restored = try checkpointDecoder(CheckoutConfiguration()).decode(CheckoutDetector.self, from: Data(json.utf8))
+        out += checkoutRun(Array(inputs.dropFirst(66)), &restored)
+        // Without the course, the rest of this stop is judged by distance alone: no check-out
+        // from 26 m across; but it loads and runs on.
+        #expect(expected.count == 1)
+        #expect(out.isEmpty)
     }
 
     @Test func fixesNeedARideFirst() {

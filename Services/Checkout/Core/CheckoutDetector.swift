@@ -269,7 +269,7 @@ struct Ride: Codable, Sendable, Equatable {
                 return TaxiCheckout(
                     device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
                     checkoutTime: found.start, reason: .fixes,
-                    confidence: walked >= 2 * configuration.walkMinDistanceM ? .high : found.far ? .medium : .low,
+                    confidence: !found.far ? .low : walked >= 2 * configuration.walkMinDistanceM ? .high : .medium,
                     rideS: Self.milliseconds(found.start.timeIntervalSince(checkin.time)),
                     rideDistanceM: track.distance(at: found.start).map(Self.decimetres),
                     walkedM: Self.decimetres(walked), decidedAt: fix.time, stoppedAt: found.stoppedAt)

@@ -27,7 +27,8 @@ struct Footsteps: Codable, Sendable, Equatable {
         var start: Date
         /// When the taxi stopped.
         var stoppedAt: Date
-        /// How far the rider got from the stop, beyond the fixes' accuracy, when it was decided.
+        /// How far the rider got from the stop, beyond the fixes' accuracy, when it was decided;
+        /// when only aside, how far off the road at most.
         var walkedM: Double
         /// Whether the rider got `walk_min_distance_m` away, not only `walk_aside_m` aside.
         var far: Bool
@@ -69,9 +70,12 @@ struct Footsteps: Codable, Sendable, Equatable {
     private var lastAtStop: Date?
     /// The way the taxi came to the stop; nil when its last path was too short to tell.
     private var course: Course?
-    /// The farthest the rider has been off the taxi's road since the stop (`clearAside`). A
-    /// courier walks to a door and back; a passenger need not stay away to have left.
-    private var asideM = 0.0
+    /// The farthest the rider has been off the taxi's road since the stop (`clearAside`), and
+    /// the last fix at the stop before that point: when the rider left. A courier walks to a
+    /// door and back; a passenger need not stay away to have left. Optional, so checkpoints
+    /// written before they existed still decode.
+    private var asideM: Double?
+    private var leftAt: Date?
     /// Seconds since the stop that fixes vouch for: a silence counts only its first
     /// `evidenceGapS`. One fix after a minute of silence proves nothing about that minute.
     private var heardS: Double?
@@ -98,7 +102,10 @@ struct Footsteps: Codable, Sendable, Equatable {
         let windowStart = recent.last { $0.time <= sample.time - SpeedWindow.seconds } ?? recent.first
         let previous = recent.last
         recent.append(sample)
-        recent.removeFirst(recent.prefix { $0.time < sample.time - Self.historyS }.count)
+        // Kept from `historyS` before the previous fix: after a silence, the taxi's course is
+        // still known where it was last heard.
+        let keptFrom = (previous?.time ?? sample.time) - Self.historyS
+        recent.removeFirst(recent.prefix { $0.time < keptFrom }.count)
         guard let windowStart else { return nil }
 
         let reported = fix.speedMps.flatMap { $0.isFinite && $0 >= 0 ? $0 : nil }
@@ -110,7 +117,7 @@ struct Footsteps: Codable, Sendable, Equatable {
             // Silent this long at the stop: what the rider did meanwhile is unknown (a fix hours
             // later must not confirm a walk that a running clock would have given up on). Judged
             // afresh from here.
-            (stop, lastAtStop, heardS, course, asideM) = (sample, sample.time, 0, nil, 0)
+            (stop, lastAtStop, heardS, course, asideM, leftAt) = (sample, sample.time, 0, nil, nil, nil)
             return nil
         }
         if let current = stop {
@@ -118,11 +125,12 @@ struct Footsteps: Codable, Sendable, Equatable {
             let moving = reported ?? windowSpeed
             if moving > configuration.walkingSpeedMaxMps {
                 if moving >= configuration.ridingSpeedMps { ridingAt = sample.time }
-                (stop, lastAtStop, heardS, course, asideM) = (nil, nil, nil, nil, 0)
+                (stop, lastAtStop, heardS, course, asideM, leftAt) = (nil, nil, nil, nil, nil, nil)
                 return nil
             }
             if Self.clearDistance(current, sample) == 0 { lastAtStop = sample.time }
-            asideM = max(asideM, Self.clearAside(current, sample, course: course))
+            let aside = Self.clearAside(current, sample, course: course)
+            if aside > asideM ?? 0 { (asideM, leftAt) = (aside, lastAtStop) }
             if let previous { heardS = (heardS ?? 0) + min(sample.time.timeIntervalSince(previous.time), Self.evidenceGapS) }
         } else {
             // The phone's Doppler speed, when it has one, says whether the taxi is moving;
@@ -144,17 +152,19 @@ struct Footsteps: Codable, Sendable, Equatable {
             } else {
                 stopped = sample
             }
-            (stop, lastAtStop, heardS, asideM) = (stopped, stopped.time, 0, 0)
+            (stop, lastAtStop, heardS, asideM, leftAt) = (stopped, stopped.time, 0, nil, nil)
             course = Self.course(to: stopped, along: recent)
             return nil
         }
         guard let stop, (heardS ?? 0) >= configuration.walkConfirmS, !inTraffic else { return nil }
         let walkedM = Self.clearDistance(stop, sample)
         let far = walkedM >= configuration.walkMinDistanceM
+        let asideM = asideM ?? 0
         guard far || asideM >= configuration.walkAsideM else { return nil }
         // The walk began when the rider left the stop, not when the taxi reached it (paying and
-        // getting out take a minute or two).
-        return Walk(start: lastAtStop ?? stop.time, stoppedAt: stop.time, walkedM: far ? walkedM : asideM, far: far)
+        // getting out take a minute or two); a courier back at the van left it before.
+        let left = far ? lastAtStop : leftAt ?? lastAtStop
+        return Walk(start: left ?? stop.time, stoppedAt: stop.time, walkedM: far ? walkedM : asideM, far: far)
     }
 
     /// The direction from the newest earlier fix at least `courseBaseM` back to the stop.
