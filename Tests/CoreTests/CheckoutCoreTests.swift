@@ -500,6 +500,24 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(out.map(\.decidedAt) == [checkoutAt(365)])
     }
 
+    @Test func oneFixThatDriftsOffTheRoadIsNotAWalk() {
+        // The van stands from 305; its fixes drift 5, 10, 17, 10, 5 m across the road at a
+        // walker's pace and come back. 17 m is 14.5 m aside, beyond walk_aside_m, on one fix only.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        func fix(_ t: Double, _ x: Double, _ y: Double) {
+            let position = checkoutStreet.unproject(x: x, y: y)
+            feed.inputs.append(.fix(Fix(seq: feed.nextSeq(), device: "rider", time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: nil, source: .api)))
+        }
+        for t in stride(from: 0.0, through: 300, by: 5) { fix(t, t * 10, 0) }
+        let drift: [Double: Double] = [325: 5, 330: 10, 335: 17, 340: 10, 345: 5]
+        for t in stride(from: 305.0, through: 480, by: 5) { fix(t, 3000, drift[t] ?? 0) }
+        #expect(checkoutRun(feed.inputs).isEmpty)
+        var judgedOnOneFix = CheckoutConfiguration()
+        judgedOnOneFix.walkAsideM = 7
+        #expect(checkoutRun(feed.inputs, configuration: judgedOnOneFix).count == 1)
+    }
+
     @Test func aCheckpointFromBeforeTheAsideRuleStillLoads() throws {
         // Written mid-stop, then stripped of what this version added to it.
         let inputs = Self.courier(.across).inputs

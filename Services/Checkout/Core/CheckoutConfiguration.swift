@@ -22,8 +22,8 @@ public struct CheckoutConfiguration: Sendable, Equatable, Codable {
     /// fixes' accuracy.
     public var walkMinDistanceM = 30.0
     /// Fixes rule: or how far off the road the taxi came along (across it, or back against it),
-    /// beyond half the fixes' accuracy: where a car in traffic does not go.
-    public var walkAsideM = 15.0
+    /// beyond half the fixes' accuracy, on two fixes in a row: where a car in traffic does not go.
+    public var walkAsideM = 12.0
     /// Fixes less accurate than this are left out of the fixes rule and of `ride_distance_m`.
     public var maxAccuracyM = 100.0
 

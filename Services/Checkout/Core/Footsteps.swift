@@ -70,7 +70,8 @@ struct Footsteps: Codable, Sendable, Equatable {
     private var lastAtStop: Date?
     /// The way the taxi came to the stop; nil when its last path was too short to tell.
     private var course: Course?
-    /// The farthest the rider has been off the taxi's road since the stop (`clearAside`), and
+    /// The farthest the rider has been off the taxi's road since the stop (`clearAside`, on two
+    /// fixes in a row), and
     /// the last fix at the stop before that point: when the rider left. A courier walks to a
     /// door and back; a passenger need not stay away to have left. Optional, so checkpoints
     /// written before they existed still decode.
@@ -129,7 +130,8 @@ struct Footsteps: Codable, Sendable, Equatable {
                 return nil
             }
             if Self.clearDistance(current, sample) == 0 { lastAtStop = sample.time }
-            let aside = Self.clearAside(current, sample, course: course)
+            // Held over two fixes in a row: one fix can drift off the road; a rider stays there.
+            let aside = min(Self.clearAside(current, sample, course: course), previous.map { Self.clearAside(current, $0, course: course) } ?? 0)
             if aside > asideM ?? 0 { (asideM, leftAt) = (aside, lastAtStop) }
             if let previous { heardS = (heardS ?? 0) + min(sample.time.timeIntervalSince(previous.time), Self.evidenceGapS) }
         } else {
