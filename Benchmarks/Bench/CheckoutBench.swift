@@ -60,6 +60,8 @@ struct CheckoutBench: ParsableCommand {
         if let walkAside { configuration.walkAsideM = walkAside }
         var delays: [Double] = [], decided: [Double] = []
         var within = 0, late = 0, missed = 0, falseCheckouts = 0, rides = 0, rideOnly = 0, modesDiffer = 0
+        // Both times against every label, whatever it marks: which one real labels sit closer to.
+        var checkoutWithin = 0, stoppedWithin = 0
         for name in names {
             let base = (data as NSString).appendingPathComponent(name)
             let label = try JSONDecoder().decode(Label.self, from: Data(contentsOf: URL(fileURLWithPath: base + ".label.json")))
@@ -111,6 +113,8 @@ struct CheckoutBench: ParsableCommand {
                     let delay = time.timeIntervalSince(change)
                     line["delay_s"] = delay
                     if label.changeIs == "stop" { line["checkout_delay_s"] = checkout.checkoutTime.timeIntervalSince(change) }
+                    if abs(checkout.checkoutTime.timeIntervalSince(change)) <= tolerance { checkoutWithin += 1 }
+                    if abs((checkout.stoppedAt ?? checkout.checkoutTime).timeIntervalSince(change)) <= tolerance { stoppedWithin += 1 }
                     delays.append(delay)
                     if let decidedAt = checkout.decidedAt {
                         line["decided_after_s"] = decidedAt.timeIntervalSince(change)
@@ -128,7 +132,7 @@ struct CheckoutBench: ParsableCommand {
         }
         report([
             "name": "checkout.summary", "rides_with_change": rides, "rides_without": rideOnly,
-            "within_tolerance": within, "late": late, "missed": missed, "false_checkouts": falseCheckouts,
+            "within_tolerance": within, "checkout_time_within": checkoutWithin, "stopped_at_within": stoppedWithin, "late": late, "missed": missed, "false_checkouts": falseCheckouts,
             "share_within": rides == 0 ? 0 : Double(within) / Double(rides), "tolerance_s": tolerance,
             "median_abs_delay_s": Self.median(delays.map(abs)), "median_decided_after_s": Self.median(decided),
             "modes_differ": modesDiffer,

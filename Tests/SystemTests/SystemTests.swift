@@ -184,6 +184,8 @@ import Testing
         // compared with `stopped_at`.
         #expect(summary["rides_with_change"] as? Int == 3 && summary["rides_without"] as? Int == 1)
         #expect(summary["within_tolerance"] as? Int == 3)
+        // Both times against every label: the first rider walked off 33 s after the taxi stopped.
+        #expect(summary["checkout_time_within"] as? Int == 3 && summary["stopped_at_within"] as? Int == 2)
         let courier = try #require(rows["checkout.ride"]?.first { $0["ride"] as? String == "ride-5s-courier-steps-aside" })
         #expect(courier["reason"] as? String == "fixes" && courier["confidence"] as? String == "low")
         #expect(abs(courier["delay_s"] as? Double ?? 99) <= 10)
