@@ -6,7 +6,7 @@ struct Bench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "drivebus-bench",
         abstract: "drivebus benchmarks. Build with -c release; each prints one JSON line per case.",
-        subcommands: [BusBench.self, SystemBench.self, CodecBench.self, IngestBench.self, TripsBench.self, GeofenceBench.self, ScorerBench.self, AccuracyBench.self, CheckoutBench.self, ImportBench.self, MQTTBench.self, StatsBench.self, MapBench.self, LimitsBench.self, JournalBench.self, FuzzBench.self]
+        subcommands: [BusBench.self, SystemBench.self, RestBench.self, CodecBench.self, IngestBench.self, TripsBench.self, GeofenceBench.self, ScorerBench.self, AccuracyBench.self, CheckoutBench.self, ImportBench.self, MQTTBench.self, StatsBench.self, MapBench.self, LimitsBench.self, JournalBench.self, FuzzBench.self]
     )
 }
 

@@ -182,8 +182,17 @@ import Testing
         try await harness.restart(.trips)
         try await harness.post(fixes[450..<700])
         try await harness.post(fixes[700...])
-        let messages = try await collect(from: &events, of: client) { messages in
-            Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
+        let messages: [BusMessage]
+        do {
+            messages = try await collect(from: &events, of: client) { messages in
+                Set(messages.compactMap { try? $0.decode(TripEnded.self).tripID }) == expectedIDs
+            }
+        } catch {
+            // Once seen in CI and never here: say what the restarted trips service was doing.
+            let trips = harness.processes[.trips]
+            let health = (try? await client.call(.trips, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(2)))
+                .map { "status \($0.status), last_seq \($0.lastSeq)" } ?? "no health answer"
+            throw Timeout(description: "\(error); trips running: \(trips?.process.isRunning ?? false), \(health); its log ends: \(String((trips?.stderr ?? "").suffix(2000)))")
         }
         var byID: [String: TripEnded] = [:]
         for message in messages {

@@ -95,7 +95,7 @@ final class GateDelivery: Service, Sendable {
             // In-flight attempts are left to finish (each is bounded by its timeout): cancelling
             // one the gate already received would send it again at the next start.
         }
-        try await sender.client.shutdown()
+        try await sender.shutdown()
     }
 
     private func attempt(_ entry: OutboxEntry) async {

@@ -5,6 +5,7 @@ import Crypto
 import Foundation
 import NIOCore
 import NIOHTTP1
+import Synchronization
 
 /// What one attempt at a webhook call came to.
 enum AttemptResult: Sendable, Equatable {
@@ -20,14 +21,27 @@ enum AttemptResult: Sendable, Equatable {
 /// The shared client retries connection establishment after a refusal on its own, stacked on our
 /// backoff: a receiver that came back waited for both. This one tries once per attempt, with a
 /// short connect timeout, and our backoff decides when to try again.
-struct WebhookSender: Sendable {
-    let client: HTTPClient
+///
+/// The client is made at the first call: a system whose gates stay quiet (or that has none) never
+/// starts its event loop threads, which is most of geofence's memory at rest.
+final class WebhookSender: Sendable {
+    private let made = Mutex<HTTPClient?>(nil)
 
-    static func makeClient() -> HTTPClient {
-        var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
-        configuration.connectionPool.retryConnectionEstablishment = false
-        configuration.timeout.connect = .seconds(2)
-        return HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+    private var client: HTTPClient {
+        made.withLock { made in
+            if let client = made { return client }
+            var configuration = HTTPClient.Configuration(redirectConfiguration: .disallow)
+            configuration.connectionPool.retryConnectionEstablishment = false
+            configuration.timeout.connect = .seconds(2)
+            let client = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup, configuration: configuration)
+            made = client
+            return client
+        }
+    }
+
+    /// Shuts the client down, if one was made.
+    func shutdown() async throws {
+        try await made.withLock { $0 }?.shutdown()
     }
 
     /// `X-Drivebus-Signature: sha256=<hex>` of the exact body, when the gate has a secret.

@@ -1,4 +1,3 @@
-import AsyncHTTPClient
 import DrivebusConfiguration
 import DrivebusKit
 import Foundation
@@ -10,7 +9,7 @@ await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { contex
     let events = try EventLog(context: context) { purge in
         ["outbox": try await outbox.purge(device: purge.device, from: purge.from, to: purge.to)]
     }
-    let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender(client: WebhookSender.makeClient()))
+    let delivery = GateDelivery(context: context, outbox: outbox, events: events, gates: configuration.gates, sender: WebhookSender())
     let consumer = try JournalConsumer(
         context: context,
         initial: GeofenceEngine(configuration: configuration), events: events,
