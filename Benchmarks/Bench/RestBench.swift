@@ -26,7 +26,7 @@ struct RestBench: AsyncParsableCommand {
             let rollup = "/proc/\(id)/smaps_rollup"
             guard let rss = ImportBench.statusMegabytes("Rss", status: rollup),
                   let pss = ImportBench.statusMegabytes("Pss", status: rollup)
-            else { throw ValidationError("\(rollup) is not readable") }
+            else { throw RestError(description: "\(name) (pid \(id)) exited while settling, or \(rollup) is not readable") }
             rssSum += rss
             pssSum += pss
             if rss > aim { over.append(name) }
@@ -37,4 +37,8 @@ struct RestBench: AsyncParsableCommand {
             "aim_mb": aim, "over_aim": over, "settle_s": settle,
         ])
     }
+}
+
+struct RestError: Error, CustomStringConvertible {
+    var description: String
 }

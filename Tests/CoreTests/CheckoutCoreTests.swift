@@ -290,21 +290,22 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         var out: [TaxiCheckout] = []
         for input in feed.inputs {
             out += detector.handle(input)
-            // The taxi stands from 310; the rider walks from 360 and is 42 m from the stop at
-            // 380, beyond the 30 m and the fixes' 5 m accuracy, after 70 s of fixes since the
-            // stop: decided then, and not before. The walk began after the last fix at the stop,
-            // 350 (paying takes time).
+            // The taxi stands from 310; the rider walks on straight ahead along its road from
+            // 360. At 380, 42 m from the stop, that would be far enough across or back (30 m
+            // beyond the fixes' 5 m accuracy), but ahead is where a queue crawls: 45 m. At 390,
+            // 56 m: decided then, and not before. The walk began after the last fix at the
+            // stop, 350 (paying takes time).
             if case .fix(let fix) = input {
-                #expect(out.isEmpty == (fix.time < checkoutAt(380)), "\(fix.time)")
+                #expect(out.isEmpty == (fix.time < checkoutAt(390)), "\(fix.time)")
             }
         }
         #expect(out.count == 1)
         #expect(out.first?.reason == .fixes)
         #expect(out.first?.confidence == .medium)
         #expect(out.first?.checkoutTime == checkoutAt(350))
-        #expect(out.first?.decidedAt == checkoutAt(380))
+        #expect(out.first?.decidedAt == checkoutAt(390))
         #expect(out.first?.rideS == 350)
-        #expect(abs(out.first!.walkedM! - (Geo.distance(checkoutPosition(3000), checkoutPosition(3042)) - 5)) <= 0.051)
+        #expect(abs(out.first!.walkedM! - (Geo.distance(checkoutPosition(3000), checkoutPosition(3056)) - 5)) <= 0.051)
         let expected = checkoutDistance(feed.inputs, until: checkoutAt(350))
         #expect(abs(out.first!.rideDistanceM! - expected) <= 0.051)
         #expect(abs(expected - 3000) < 1)
@@ -513,9 +514,10 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         let drift: [Double: Double] = [325: 5, 330: 10, 335: 17, 340: 10, 345: 5]
         for t in stride(from: 305.0, through: 480, by: 5) { fix(t, 3000, drift[t] ?? 0) }
         #expect(checkoutRun(feed.inputs).isEmpty)
-        var judgedOnOneFix = CheckoutConfiguration()
-        judgedOnOneFix.walkAsideM = 7
-        #expect(checkoutRun(feed.inputs, configuration: judgedOnOneFix).count == 1)
+        // The pair 10 m then 17 m is held 7.5 m aside: a lower walk_aside_m takes it.
+        var lowerThreshold = CheckoutConfiguration()
+        lowerThreshold.walkAsideM = 7
+        #expect(checkoutRun(feed.inputs, configuration: lowerThreshold).count == 1)
     }
 
     @Test func aCheckpointFromBeforeTheAsideRuleStillLoads() throws {

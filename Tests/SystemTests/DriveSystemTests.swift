@@ -189,10 +189,16 @@ import Testing
             }
         } catch {
             // Once seen in CI and never here: say what the restarted trips service was doing.
+            // A client of its own: the deadline shut the subscriber's down.
             let trips = harness.processes[.trips]
-            let health = (try? await client.call(.trips, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(2)))
-                .map { "status \($0.status), last_seq \($0.lastSeq)" } ?? "no health answer"
-            throw Timeout(description: "\(error); trips running: \(trips?.process.isRunning ?? false), \(health); its log ends: \(String((trips?.stderr ?? "").suffix(2000)))")
+            let asking = BusClient(settings: harness.config.process, name: "diagnosis")
+            func health(_ service: ServiceName) async -> String {
+                (try? await asking.call(service, RPCRequestHead(op: "health"), as: HealthReply.self, timeout: .seconds(2)))
+                    .map { "status \($0.status), last_seq \($0.lastSeq)" } ?? "no health answer"
+            }
+            let said = "trips \(await health(.trips)), ingest \(await health(.ingest))"
+            await asking.shutdown()
+            throw Timeout(description: "\(error); trips running: \(trips?.process.isRunning ?? false); \(said); its log ends: \(String((trips?.stderr ?? "").suffix(2000)))")
         }
         var byID: [String: TripEnded] = [:]
         for message in messages {
