@@ -71,10 +71,9 @@ struct Footsteps: Codable, Sendable, Equatable {
     /// The way the taxi came to the stop; nil when its last path was too short to tell.
     private var course: Course?
     /// The farthest the rider has been off the taxi's road since the stop (`clearAside`, on two
-    /// fixes in a row), and
-    /// the last fix at the stop before that point: when the rider left. A courier walks to a
-    /// door and back; a passenger need not stay away to have left. Optional, so checkpoints
-    /// written before they existed still decode.
+    /// fixes in a row), and the last fix at the stop before that point: when the rider left. A
+    /// courier walks to a door and back; a passenger need not stay away to have left. Optional,
+    /// so checkpoints written before they existed still decode.
     private var asideM: Double?
     private var leftAt: Date?
     /// Seconds since the stop that fixes vouch for: a silence counts only its first
@@ -165,12 +164,12 @@ struct Footsteps: Codable, Sendable, Equatable {
         // Straight ahead along the taxi's road is where a queue crawls: a walk that way must go
         // half as far again.
         let far = walkedM >= configuration.walkMinDistanceM * (Self.isAhead(stop, sample, course: course) ? Self.aheadFactor : 1)
-        let asideM = asideM ?? 0
-        guard far || asideM >= configuration.walkAsideM else { return nil }
+        let farthestAside = asideM ?? 0
+        guard far || farthestAside >= configuration.walkAsideM else { return nil }
         // The walk began when the rider left the stop, not when the taxi reached it (paying and
         // getting out take a minute or two); a courier back at the van left it before.
         let left = far ? lastAtStop : leftAt ?? lastAtStop
-        return Walk(start: left ?? stop.time, stoppedAt: stop.time, walkedM: far ? walkedM : asideM, far: far)
+        return Walk(start: left ?? stop.time, stoppedAt: stop.time, walkedM: far ? walkedM : farthestAside, far: far)
     }
 
     /// The direction from the newest earlier fix at least `courseBaseM` back to the stop.
@@ -191,10 +190,8 @@ struct Footsteps: Codable, Sendable, Equatable {
     /// 27°: twice as far ahead as across).
     static func isAhead(_ stop: Sample, _ sample: Sample, course: Course?) -> Bool {
         guard let course else { return false }
-        let offset = LocalProjection(origin: stop.coordinate).project(sample.coordinate)
-        let ahead = offset.x * course.east + offset.y * course.north
-        let across = abs(offset.x * course.north - offset.y * course.east)
-        return ahead > 2 * across
+        let here = Self.offset(stop, sample, course)
+        return here.ahead > 2 * here.across
     }
 
     /// How far `sample` is off the taxi's road at the stop: across the course, plus any way back
@@ -202,10 +199,15 @@ struct Footsteps: Codable, Sendable, Equatable {
     /// on foot steps to the pavement and to a door. Zero without a course.
     static func clearAside(_ stop: Sample, _ sample: Sample, course: Course?) -> Double {
         guard let course else { return 0 }
+        let here = Self.offset(stop, sample, course)
+        return max(0, here.across + max(0, -here.ahead) - (stop.accuracyM + sample.accuracyM) / 4)
+    }
+
+    /// Where `sample` is from the stop, in metres along the taxi's course (negative: behind it)
+    /// and across it (either side).
+    static func offset(_ stop: Sample, _ sample: Sample, _ course: Course) -> (ahead: Double, across: Double) {
         let offset = LocalProjection(origin: stop.coordinate).project(sample.coordinate)
-        let ahead = offset.x * course.east + offset.y * course.north
-        let across = abs(offset.x * course.north - offset.y * course.east)
-        return max(0, across + max(0, -ahead) - (stop.accuracyM + sample.accuracyM) / 4)
+        return (offset.x * course.east + offset.y * course.north, abs(offset.x * course.north - offset.y * course.east))
     }
 
     /// A silence at the stop longer than this starts the judgement again.
