@@ -194,6 +194,29 @@ import Testing
         #expect((summary["median_abs_delay_s"] as? Double ?? 99) <= 10)
     }
 
+    @Test func checkoutBenchmarkOnRealCourierRides() async throws {
+        // Ten rides from GOAL (CC BY 4.0, Tests/Fixtures/checkout-goal/ATTRIBUTION.md), labelled
+        // fix by fix when the van stopped: what the check-out does on them today, exactly.
+        let rows = try await benchmarkRows(["checkout", "--data", fixtures.appendingPathComponent("checkout-goal").path])
+        let summary = try #require(rows["checkout.summary"]?.first)
+        #expect(summary["rides_with_change"] as? Int == 8 && summary["rides_without"] as? Int == 2)
+        // Five within 30 s of the stop; one 35 s early (still parking); two the fixes cannot
+        // decide (the courier stays within metres of the van); no stop in traffic checks out.
+        #expect(summary["within_tolerance"] as? Int == 5 && summary["late"] as? Int == 0)
+        #expect(summary["false_checkouts"] as? Int == 1 && summary["missed"] as? Int == 2)
+        #expect(summary["modes_differ"] as? Int == 0)
+        let byRide = Dictionary(uniqueKeysWithValues: (rows["checkout.ride"] ?? []).compactMap { row in (row["ride"] as? String).map { ($0, row) } })
+        for jam in ["goal-0095-0-jam", "goal-0159-12-jam"] { #expect(byRide[jam]?["checkout"] == nil, "\(jam)") }
+        // Stepped 15 m off the road (15.2 beyond the assumed accuracy), dated at the stop to the
+        // fix; the courier left the van 15 s later.
+        let aside = try #require(byRide["goal-0009-0"])
+        #expect(aside["reason"] as? String == "fixes" && aside["confidence"] as? String == "low")
+        #expect(aside["delay_s"] as? Double == 0 && aside["walked_m"] as? Double == 15.2)
+        #expect(abs((aside["checkout_delay_s"] as? Double ?? 0) - 15) < 0.01)
+        // Walked 38.5 m beyond the accuracy: far enough for medium.
+        #expect(byRide["goal-0206-23"]?["confidence"] as? String == "medium")
+    }
+
     @Test func badConfigStopsStartUpWithOneLineNamingTheKey() async throws {
         let dir = TempDir()
         let path = dir.file("bad.yaml", "state_dir: \(dir.path)/s\ningest:\n  listen: \"127.0.0.1:http\"\n")
