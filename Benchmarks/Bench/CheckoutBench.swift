@@ -109,12 +109,13 @@ struct CheckoutBench: ParsableCommand {
                 if let checkout {
                     // A label of the stop is compared with when the taxi stopped; a motion walk
                     // has no stop, and its start is the best the detector knows.
-                    let time = label.changeIs == "stop" ? checkout.stoppedAt ?? checkout.checkoutTime : checkout.checkoutTime
-                    let delay = time.timeIntervalSince(change)
+                    let walkDelay = checkout.checkoutTime.timeIntervalSince(change)
+                    let stopDelay = (checkout.stoppedAt ?? checkout.checkoutTime).timeIntervalSince(change)
+                    let delay = label.changeIs == "stop" ? stopDelay : walkDelay
                     line["delay_s"] = delay
-                    if label.changeIs == "stop" { line["checkout_delay_s"] = checkout.checkoutTime.timeIntervalSince(change) }
-                    if abs(checkout.checkoutTime.timeIntervalSince(change)) <= tolerance { checkoutWithin += 1 }
-                    if abs((checkout.stoppedAt ?? checkout.checkoutTime).timeIntervalSince(change)) <= tolerance { stoppedWithin += 1 }
+                    if label.changeIs == "stop" { line["checkout_delay_s"] = walkDelay }
+                    if abs(walkDelay) <= tolerance { checkoutWithin += 1 }
+                    if abs(stopDelay) <= tolerance { stoppedWithin += 1 }
                     delays.append(delay)
                     if let decidedAt = checkout.decidedAt {
                         line["decided_after_s"] = decidedAt.timeIntervalSince(change)

@@ -34,8 +34,9 @@ struct CheckoutFeed {
         inputs.append(.motion(MotionSample(seq: nextSeq(), device: device, start: checkoutAt(t), activity: activity, confidence: confidence, source: .api)))
     }
 
-    mutating func fix(_ t: Double, x: Double, speed: Double?, device: String = "rider") {
-        let position = checkoutPosition(x)
+    /// A fix `x` metres along the street and `y` metres north of it, 5 m accurate.
+    mutating func fix(_ t: Double, x: Double, y: Double = 0, speed: Double?, device: String = "rider") {
+        let position = checkoutStreet.unproject(x: x, y: y)
         inputs.append(.fix(Fix(seq: nextSeq(), device: device, time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: speed, source: .api)))
     }
 
@@ -450,13 +451,7 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
     /// traffic goes; ahead along the road is where a queue creeps, so 26 m ahead (21 m beyond the
     /// fixes' accuracy, short of `walk_min_distance_m`) is not a walk.
     static func courier(_ direction: StepAway, back: Double = 385) -> CheckoutFeed {
-        var feed = CheckoutFeed()
-        feed.checkin(0)
-        func fix(_ t: Double, _ x: Double, _ y: Double) {
-            let position = checkoutStreet.unproject(x: x, y: y)
-            feed.inputs.append(.fix(Fix(seq: feed.nextSeq(), device: "rider", time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: nil, source: .api)))
-        }
-        for t in stride(from: 0.0, through: 300, by: 5) { fix(t, t * 10, 0) }
+        var feed = vanArriving()
         let step: (x: Double, y: Double) = switch direction {
         case .across: (0, 6.5)
         case .back: (-6.5, 0)
@@ -465,8 +460,17 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         var offset = 0.0
         for t in stride(from: 305.0, through: 480, by: 5) {
             if (325.0...340).contains(t) { offset += 1 } else if (back...back + 15).contains(t) { offset -= 1 }
-            fix(t, 3000 + step.x * offset, step.y * offset)
+            feed.fix(t, x: 3000 + step.x * offset, y: step.y * offset, speed: nil)
         }
+        return feed
+    }
+
+    /// Checked in at 0, a van's fixes every 5 s with no speed, driving east at 10 m/s until it
+    /// stands at 3,000 m at 300.
+    static func vanArriving() -> CheckoutFeed {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        for t in stride(from: 0.0, through: 300, by: 5) { feed.fix(t, x: t * 10, speed: nil) }
         return feed
     }
 
@@ -504,15 +508,9 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
     @Test func oneFixThatDriftsOffTheRoadIsNotAWalk() {
         // The van stands from 305; its fixes drift 5, 10, 17, 10, 5 m across the road at a
         // walker's pace and come back. 17 m is 14.5 m aside, beyond walk_aside_m, on one fix only.
-        var feed = CheckoutFeed()
-        feed.checkin(0)
-        func fix(_ t: Double, _ x: Double, _ y: Double) {
-            let position = checkoutStreet.unproject(x: x, y: y)
-            feed.inputs.append(.fix(Fix(seq: feed.nextSeq(), device: "rider", time: checkoutAt(t), lat: position.lat, lon: position.lon, accuracyM: 5, speedMps: nil, source: .api)))
-        }
-        for t in stride(from: 0.0, through: 300, by: 5) { fix(t, t * 10, 0) }
+        var feed = Self.vanArriving()
         let drift: [Double: Double] = [325: 5, 330: 10, 335: 17, 340: 10, 345: 5]
-        for t in stride(from: 305.0, through: 480, by: 5) { fix(t, 3000, drift[t] ?? 0) }
+        for t in stride(from: 305.0, through: 480, by: 5) { feed.fix(t, x: 3000, y: drift[t] ?? 0, speed: nil) }
         #expect(checkoutRun(feed.inputs).isEmpty)
         // The pair 10 m then 17 m is held 7.5 m aside: a lower walk_aside_m takes it.
         var lowerThreshold = CheckoutConfiguration()
