@@ -140,11 +140,13 @@ extension ZMQLoop {
                                 }
                             },
                             onClose: {
-                                continuation.resume(with: pending.outcome ?? .failure(ZMQLoop.LoopError.stopped))
+                                continuation.resume(with: pending.takeOutcome() ?? .failure(ZMQLoop.LoopError.stopped))
                             }
                         )
-                        io.schedule(after: timeout) {
-                            pending.finish(.failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address)), io)
+                        // Weakly: the timer outlives the request, and must not keep its reply
+                        // (a replay page of a megabyte) alive for the rest of the timeout.
+                        io.schedule(after: timeout) { [weak pending] in
+                            pending?.finish(.failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address)), io)
                         }
                     } catch {
                         continuation.resume(throwing: error)
@@ -171,6 +173,12 @@ private final class PendingRequest: @unchecked Sendable {
         guard let socket, io.socket(socket) != nil, outcome == nil else { return }
         outcome = result
         io.close(socket)
+    }
+
+    /// The outcome, handed over to the caller and no longer held here.
+    func takeOutcome() -> Result<[UInt8], any Error>? {
+        defer { outcome = nil }
+        return outcome
     }
 }
 

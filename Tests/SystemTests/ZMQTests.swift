@@ -105,6 +105,32 @@ struct Messages {
         await client.shutdown()
     }
 
+    /// A reply belongs to the caller alone once `request` returns: the request's timeout timer,
+    /// which outlives it, held every reply (a consumer's replay pages: tens of megabytes under
+    /// a flood) until the timeout ran out. A buffer shared with anything else is copied on the
+    /// caller's first write, so its address tells.
+    @Test func aReturnedReplyIsHeldByNothingElse() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/svc.rpc")
+        let server = ZMQLoop(name: "server")
+        let client = ZMQLoop(name: "client")
+        let (requests, socket) = try await server.serveRequests(endpoint)
+        let serving = Task {
+            for await request in requests { server.reply(to: request, with: [UInt8](repeating: 7, count: 1 << 20), on: socket) }
+        }
+        var reply = try await client.request(endpoint, body: [1], timeout: .seconds(60))
+        // The loop's thread may still be inside the callback that delivered the first reply;
+        // it has left it once a second request, which it runs after, has returned.
+        _ = try await client.request(endpoint, body: [2], timeout: .seconds(60))
+        let before = reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) }
+        reply[0] = 8
+        #expect(reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) } == before)
+        #expect(reply.count == 1 << 20)
+        await server.shutdown()
+        _ = await serving.value
+        await client.shutdown()
+    }
+
     /// Pipelined requests go over one connection: the server sees them in the order sent, and
     /// each caller gets its own answer though the server answers last to first.
     @Test func pipelinedRequestsArriveInOrderAndAnswersFindTheirCallers() async throws {
