@@ -664,8 +664,8 @@ public final class Journal: Sendable {
         let indexPath = Self.indexPath(of: active.path)
         do {
             try SegmentIndex.write(
-                path: indexPath, firstSeq: active.firstSeq, segmentBytes: active.end,
-                contents: .init(offsets: active.offsets, keys: Array(writer.keys), entries: active.entries))
+                path: indexPath, firstSeq: active.firstSeq, segmentBytes: active.end, offsets: active.offsets, keys: writer.keys,
+                entries: active.entries)
             let index = try SegmentIndex(path: indexPath)
             let nextPath = path + "/" + Self.segmentName(firstSeq: active.endSeq)
             let fd = open(nextPath, O_RDWR | O_CREAT | O_APPEND | O_CLOEXEC, 0o600)
@@ -673,10 +673,16 @@ public final class Journal: Sendable {
             syncDirectory(of: nextPath)
             close(writer.fd)
             writer.fd = fd
-            writer.keys = []
+            // Room for as many records as the segment just sealed: grown by doubling, the tables
+            // were copied at every step and held up to twice their size (pages untouched until
+            // records arrive, so a quiet journal does not grow for it).
+            writer.keys = Set(minimumCapacity: writer.keys.count)
+            var next = Active(path: nextPath, firstSeq: active.endSeq)
+            next.offsets.reserveCapacity(active.offsets.count)
+            next.entries.reserveCapacity(active.entries.count)
             segments.withLock { segments in
                 segments.sealed.append(Sealed(path: active.path, index: index))
-                segments.active = Active(path: nextPath, firstSeq: active.endSeq)
+                segments.active = next
             }
             return nil
         } catch {
