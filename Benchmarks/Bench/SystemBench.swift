@@ -3,6 +3,7 @@ import DrivebusKit
 import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
+import Synchronization
 
 /// `drivebus-bench system`: the whole system as `drivebus up` runs it (the release bus and all
 /// six services) on a temporary state directory, loaded over loopback HTTP from threads of this
@@ -92,7 +93,8 @@ struct SystemBench: AsyncParsableCommand {
         report(["name": "system overland", "fixes": fixes, "batch": batchSize, "connections": batchConnections,
                 "acked_fixes_per_s": Int(Double(fixes) / run.answered), "all_done_fixes_per_s": Int(Double(fixes) / run.done),
                 "cpu_ms_per_fix": run.cpuMillisecondsPerFix, "cpu_s": run.cpuByProcess,
-                "peak_rss_mb": peaks, "peak_rss_mb_sum": (peaks.values.reduce(0, +) * 10).rounded() / 10])
+                "peak_rss_mb": peaks, "peak_rss_mb_sum": (peaks.values.reduce(0, +) * 10).rounded() / 10,
+                "peak_summed_pss_mb": run.peakSummed.pssMegabytes, "peak_summed_rss_mb": run.peakSummed.rssMegabytes])
         await bus.shutdown()
     }
 }
@@ -131,6 +133,10 @@ extension BenchSystem {
         var done: Double
         var cpuByProcess: [String: Double]
         var fixes: Int
+        /// The highest sum over the processes, sampled every 100 ms, of `Pss` (what the system
+        /// costs the machine: pages shared by several processes, such as the Swift runtime, are
+        /// divided among them) and of `Rss` (which counts those pages once in every process).
+        var peakSummed: MemorySampler.Peak
 
         var cpuMillisecondsPerFix: Double { (cpuByProcess.values.reduce(0, +) * 1000 / Double(fixes) * 1000).rounded() / 1000 }
     }
@@ -139,6 +145,8 @@ extension BenchSystem {
     /// has reached ingest's last seq. CPU is what every process used in between.
     func measure(bus: BusClient, fixes: Int, load: @escaping @Sendable () throws -> Double) async throws -> Run {
         let before = cpuSeconds()
+        let sampler = MemorySampler(processIDs: processIDs.map(\.id))
+        defer { sampler.stop() }
         let started = ContinuousClock.now
         let answered = try await Task.detached(operation: load).value
         let head = try await bus.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
@@ -154,7 +162,50 @@ extension BenchSystem {
         let used = after.reduce(into: [String: Double]()) { used, process in
             used[process.key] = ((process.value - (before[process.key] ?? 0)) * 1000).rounded() / 1000
         }
-        return Run(answered: answered, done: done, cpuByProcess: used, fixes: fixes)
+        return Run(answered: answered, done: done, cpuByProcess: used, fixes: fixes, peakSummed: sampler.stop())
+    }
+}
+
+/// Samples the summed `Pss` and `Rss` of a set of processes from `/proc/PID/smaps_rollup`, on a
+/// thread of its own (the reads block), and keeps the highest sums seen.
+final class MemorySampler: Sendable {
+    struct Peak: Sendable {
+        var pssMegabytes = 0.0
+        var rssMegabytes = 0.0
+    }
+
+    private let state = Mutex((peak: Peak(), stopped: false))
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(processIDs: [Int32], interval: TimeInterval = 0.1) {
+        Thread.detachNewThread { [self] in
+            while !state.withLock({ $0.stopped }) {
+                var sum = Peak()
+                for id in processIDs {
+                    let rollup = "/proc/\(id)/smaps_rollup"
+                    sum.pssMegabytes += ImportBench.statusMegabytes("Pss", status: rollup) ?? 0
+                    sum.rssMegabytes += ImportBench.statusMegabytes("Rss", status: rollup) ?? 0
+                }
+                state.withLock {
+                    $0.peak.pssMegabytes = max($0.peak.pssMegabytes, sum.pssMegabytes)
+                    $0.peak.rssMegabytes = max($0.peak.rssMegabytes, sum.rssMegabytes)
+                }
+                Thread.sleep(forTimeInterval: interval)
+            }
+            finished.signal()
+        }
+    }
+
+    /// Stops sampling (once; later calls only read) and returns the peaks, rounded to 0.1 MB.
+    @discardableResult
+    func stop() -> Peak {
+        let first = state.withLock { state in
+            defer { state.stopped = true }
+            return !state.stopped
+        }
+        if first { finished.wait() }
+        let peak = state.withLock { $0.peak }
+        return Peak(pssMegabytes: (peak.pssMegabytes * 10).rounded() / 10, rssMegabytes: (peak.rssMegabytes * 10).rounded() / 10)
     }
 }
 
