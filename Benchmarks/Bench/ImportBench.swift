@@ -1,4 +1,7 @@
 import ArgumentParser
+import DrivebusKit
+import DrivebusSchema
+import DrivebusTestSupport
 import DrivebusTrackFormats
 import Foundation
 import IngestCore
@@ -9,7 +12,9 @@ import IngestCore
 /// `drivebus import` uses, and reports points/s and the process's peak RSS. The reader alone,
 /// in-core. With `--system`, the file is then imported for real: `drivebus import` into release
 /// `drivebus-bus` and `drivebus-ingest` in a temporary state directory, timed from the command's
-/// start to its exit, with each process's CPU and peak memory.
+/// start to its exit, with each process's CPU and peak memory. With `--running`, it is imported
+/// into the whole release system as `drivebus up` runs it (bus and all six services), timed until
+/// every service has processed the last point, with the peak of the seven's summed memory.
 struct ImportBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "import", abstract: "Read a generated Takeout Records.json.")
 
@@ -21,6 +26,9 @@ struct ImportBench: AsyncParsableCommand {
 
     @Flag(help: "Also import the file with `drivebus import` into release drivebus-bus and drivebus-ingest.")
     var system = false
+
+    @Flag(help: "Also import the file with `drivebus import` into the whole release system, until every service is done.")
+    var running = false
 
     func run() async throws {
         let path = file ?? NSTemporaryDirectory() + "drivebus-records-\(ProcessInfo.processInfo.processIdentifier).json"
@@ -38,28 +46,57 @@ struct ImportBench: AsyncParsableCommand {
             "peak_rss_mb": Self.peakRSSMegabytes() ?? -1,
         ])
         if system { report(try await Self.importThroughIngest(path: path, generatedPoints: written.points)) }
+        if running { report(try await Self.importIntoRunningSystem(path: path, generatedPoints: written.points)) }
+    }
+
+    /// Runs `drivebus import` of the file and waits for it (blocking: call it off the
+    /// cooperative pool's hot path, as the bench's loads are); fails unless every point was
+    /// imported.
+    static func importFile(_ path: String, config: String, generatedPoints: Int) throws {
+        let cli = Process()
+        cli.executableURL = URL(fileURLWithPath: BenchSystem.binDirectory + "/drivebus")
+        cli.arguments = ["import", "--config", config, "--device", "bench", path]
+        let output = Pipe()
+        cli.standardOutput = output
+        try cli.run()
+        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        cli.waitUntilExit()
+        guard cli.terminationStatus == 0, printed.contains(" \(generatedPoints) imported") else {
+            throw ValidationError("drivebus import did not import all \(generatedPoints) points:\n\(printed)")
+        }
+    }
+
+    /// `drivebus import` into the whole release system: how long the import took, how long
+    /// until every consumer had processed it, CPU by process, and memory.
+    static func importIntoRunningSystem(path: String, generatedPoints: Int) async throws -> [String: Any] {
+        let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "stats: {listen: \"127.0.0.1:\(freePort())\"}")
+        defer { system.stop() }
+        let bus = BusClient(settings: system.config.process, name: "bench")
+        let config = system.configPath
+        let run = try await system.measure(bus: bus, fixes: generatedPoints) {
+            let started = ContinuousClock.now
+            try importFile(path, config: config, generatedPoints: generatedPoints)
+            return seconds(started.duration(to: .now))
+        }
+        await bus.shutdown()
+        let peaks = system.peakRSSMegabytes()
+        return [
+            "name": "import.running", "points": generatedPoints, "import_s": (run.answered * 100).rounded() / 100,
+            "all_done_s": (run.done * 100).rounded() / 100, "points_per_s": Int(Double(generatedPoints) / run.answered),
+            "cpu_s": run.cpuByProcess, "peak_rss_mb": peaks, "peak_rss_mb_sum": (peaks.values.reduce(0, +) * 10).rounded() / 10,
+            "peak_summed_pss_mb": run.peakSummed.pssMegabytes, "peak_summed_rss_mb": run.peakSummed.rssMegabytes,
+        ]
     }
 
     /// `drivebus import` of a generated file into release bus and ingest: the result line.
     static func importThroughIngest(path: String, generatedPoints: Int) async throws -> [String: Any] {
         let bench = try await BenchSystem(services: [.bus, .ingest], extraConfig: "")
         defer { bench.stop() }
-        let cli = Process()
-        cli.executableURL = URL(fileURLWithPath: BenchSystem.binDirectory + "/drivebus")
-        cli.arguments = ["import", "--config", bench.configPath, "--device", "bench", path]
-        let output = Pipe()
-        cli.standardOutput = output
         let cpuBefore = bench.cpuSeconds()
         let started = ContinuousClock.now
-        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-            cli.terminationHandler = { _ in continuation.resume() }
-            do { try cli.run() } catch { continuation.resume(throwing: error) }
-        }
+        let config = bench.configPath
+        try await Task.detached { try importFile(path, config: config, generatedPoints: generatedPoints) }.value
         let elapsed = seconds(started.duration(to: .now))
-        let printed = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        guard cli.terminationStatus == 0, printed.contains(" \(generatedPoints) imported") else {
-            throw ValidationError("drivebus import did not import all \(generatedPoints) points:\n\(printed)")
-        }
         // The only child waited for so far: RUSAGE_CHILDREN's peak is the importer's.
         var usage = rusage()
         getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
