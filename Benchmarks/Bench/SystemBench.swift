@@ -182,9 +182,14 @@ final class MemorySampler: Sendable {
             while !state.withLock({ $0.stopped }) {
                 var sum = Peak()
                 for id in processIDs {
-                    let rollup = "/proc/\(id)/smaps_rollup"
-                    sum.pssMegabytes += ImportBench.statusMegabytes("Pss", status: rollup) ?? 0
-                    sum.rssMegabytes += ImportBench.statusMegabytes("Rss", status: rollup) ?? 0
+                    // One read of each file a sample: the kernel walks the process's mappings for it.
+                    guard let rollup = try? String(contentsOfFile: "/proc/\(id)/smaps_rollup", encoding: .utf8) else { continue }
+                    for line in rollup.split(separator: "\n") {
+                        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+                        guard fields.count >= 2, let kilobytes = Double(fields[1]) else { continue }
+                        if fields[0] == "Pss:" { sum.pssMegabytes += kilobytes / 1024 }
+                        if fields[0] == "Rss:" { sum.rssMegabytes += kilobytes / 1024 }
+                    }
                 }
                 state.withLock {
                     $0.peak.pssMegabytes = max($0.peak.pssMegabytes, sum.pssMegabytes)
