@@ -49,9 +49,9 @@ struct ImportBench: AsyncParsableCommand {
         if running { report(try await Self.importIntoRunningSystem(path: path, generatedPoints: written.points)) }
     }
 
-    /// Runs `drivebus import` of the file and waits for it (blocking: call it off the
-    /// cooperative pool's hot path, as the bench's loads are); fails unless every point was
-    /// imported.
+    /// Runs `drivebus import` of the file and waits for it; fails unless every point was
+    /// imported. It blocks its thread for the whole import: the bench runs it in a detached
+    /// task, as it does its HTTP loads, and has nothing else on the pool meanwhile.
     static func importFile(_ path: String, config: String, generatedPoints: Int) throws {
         let cli = Process()
         cli.executableURL = URL(fileURLWithPath: BenchSystem.binDirectory + "/drivebus")
@@ -97,7 +97,8 @@ struct ImportBench: AsyncParsableCommand {
         let config = bench.configPath
         try await Task.detached { try importFile(path, config: config, generatedPoints: generatedPoints) }.value
         let elapsed = seconds(started.duration(to: .now))
-        // The only child waited for so far: RUSAGE_CHILDREN's peak is the importer's.
+        // The only child waited for so far (`run` measures this before `--running`):
+        // RUSAGE_CHILDREN's peak is the importer's.
         var usage = rusage()
         getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
         let cpuAfter = bench.cpuSeconds()

@@ -181,9 +181,11 @@ final class MemorySampler: Sendable {
         Thread.detachNewThread { [self] in
             while !state.withLock({ $0.stopped }) {
                 var sum = Peak()
+                var whole = true
                 for id in processIDs {
                     // One read of each file a sample: the kernel walks the process's mappings for it.
-                    guard let rollup = try? String(contentsOfFile: "/proc/\(id)/smaps_rollup", encoding: .utf8) else { continue }
+                    // A process that cannot be read (it died) makes the sample partial: not counted.
+                    guard let rollup = try? String(contentsOfFile: "/proc/\(id)/smaps_rollup", encoding: .utf8) else { whole = false; break }
                     for line in rollup.split(separator: "\n") {
                         let fields = line.split(separator: " ", omittingEmptySubsequences: true)
                         guard fields.count >= 2, let kilobytes = Double(fields[1]) else { continue }
@@ -191,9 +193,11 @@ final class MemorySampler: Sendable {
                         if fields[0] == "Rss:" { sum.rssMegabytes += kilobytes / 1024 }
                     }
                 }
-                state.withLock {
-                    $0.peak.pssMegabytes = max($0.peak.pssMegabytes, sum.pssMegabytes)
-                    $0.peak.rssMegabytes = max($0.peak.rssMegabytes, sum.rssMegabytes)
+                if whole {
+                    state.withLock {
+                        $0.peak.pssMegabytes = max($0.peak.pssMegabytes, sum.pssMegabytes)
+                        $0.peak.rssMegabytes = max($0.peak.rssMegabytes, sum.rssMegabytes)
+                    }
                 }
                 Thread.sleep(forTimeInterval: interval)
             }

@@ -144,7 +144,7 @@ extension ZMQLoop {
                             }
                         )
                         // Weakly: the timer outlives the request, and must not keep its reply
-                        // (a replay page of a megabyte) alive for the rest of the timeout.
+                        // (a replay page, half a megabyte) alive for the rest of the timeout.
                         io.schedule(after: timeout) { [weak pending] in
                             pending?.finish(.failure(ZMQError(errno: ETIMEDOUT, operation: "request", endpoint: endpoint.address)), io)
                         }
