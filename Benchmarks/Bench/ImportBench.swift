@@ -146,13 +146,24 @@ struct ImportBench: AsyncParsableCommand {
     /// VmHWM from /proc/self/status (or another process's).
     static func peakRSSMegabytes(status path: String = "/proc/self/status") -> Double? { statusMegabytes("VmHWM", status: path) }
 
-    /// A memory line of `/proc/<pid>/status` (`VmHWM`, `VmRSS`…), in MB.
+    /// A memory line of `/proc/<pid>/status` (`VmHWM`, `VmRSS`…) or `smaps_rollup`, in MB.
     static func statusMegabytes(_ field: String, status path: String = "/proc/self/status") -> Double? {
-        guard let status = try? String(contentsOfFile: path, encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix(field + ":") }),
-              let kilobytes = Double(line.split(separator: " ").dropFirst().first ?? "")
-        else { return nil }
-        return (kilobytes / 1024 * 10).rounded() / 10
+        memoryMegabytes(path)?[field].map { ($0 * 10).rounded() / 10 }
+    }
+
+    /// Every `kB` line of a `/proc` memory file (`status`, `smaps_rollup`), in MB by field name,
+    /// from one read: the kernel walks the process's mappings for each read of `smaps_rollup`.
+    static func memoryMegabytes(_ path: String) -> [String: Double]? {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
+        var fields: [String: Double] = [:]
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: ":", maxSplits: 1)
+            guard parts.count == 2, parts[1].hasSuffix(" kB"),
+                  let kilobytes = Double(parts[1].dropLast(3).trimmingCharacters(in: .whitespaces))
+            else { continue }
+            fields[String(parts[0])] = kilobytes / 1024
+        }
+        return fields
     }
 }
 

@@ -183,15 +183,11 @@ final class MemorySampler: Sendable {
                 var sum = Peak()
                 var whole = true
                 for id in processIDs {
-                    // One read of each file a sample: the kernel walks the process's mappings for it.
                     // A process that cannot be read (it died) makes the sample partial: not counted.
-                    guard let rollup = try? String(contentsOfFile: "/proc/\(id)/smaps_rollup", encoding: .utf8) else { whole = false; break }
-                    for line in rollup.split(separator: "\n") {
-                        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
-                        guard fields.count >= 2, let kilobytes = Double(fields[1]) else { continue }
-                        if fields[0] == "Pss:" { sum.pssMegabytes += kilobytes / 1024 }
-                        if fields[0] == "Rss:" { sum.rssMegabytes += kilobytes / 1024 }
-                    }
+                    guard let rollup = ImportBench.memoryMegabytes("/proc/\(id)/smaps_rollup"), let pss = rollup["Pss"], let rss = rollup["Rss"]
+                    else { whole = false; break }
+                    sum.pssMegabytes += pss
+                    sum.rssMegabytes += rss
                 }
                 if whole {
                     state.withLock {

@@ -79,30 +79,36 @@ struct Messages {
         await loop.shutdown()
     }
 
-    @Test func requestsAndRepliesOverIPC() async throws {
+    /// A server on an ipc socket that answers every request with `answer(body)`, and a client
+    /// loop for `body`; both shut down after.
+    func withServer(answering answer: @escaping @Sendable ([UInt8]) -> [UInt8], _ body: (ZMQLoop, ZMQEndpoint) async throws -> Void) async throws {
         let dir = TempDir()
         let endpoint = ZMQEndpoint("ipc://\(dir.path)/svc.rpc")
         let server = ZMQLoop(name: "server")
         let client = ZMQLoop(name: "client")
         let (requests, socket) = try await server.serveRequests(endpoint)
         let serving = Task {
-            for await request in requests {
-                server.reply(to: request, with: Array("echo:".utf8) + request.body, on: socket)
-            }
+            for await request in requests { server.reply(to: request, with: answer(request.body), on: socket) }
         }
-        // Concurrent calls each get their own answer.
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for index in 0..<25 {
-                group.addTask {
-                    let reply = try await client.request(endpoint, body: Array("n\(index)".utf8), timeout: .seconds(5))
-                    #expect(String(decoding: reply, as: UTF8.self) == "echo:n\(index)")
-                }
-            }
-            try await group.waitForAll()
-        }
+        try await body(client, endpoint)
         await server.shutdown()
         _ = await serving.value
         await client.shutdown()
+    }
+
+    @Test func requestsAndRepliesOverIPC() async throws {
+        try await withServer(answering: { Array("echo:".utf8) + $0 }) { client, endpoint in
+            // Concurrent calls each get their own answer.
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for index in 0..<25 {
+                    group.addTask {
+                        let reply = try await client.request(endpoint, body: Array("n\(index)".utf8), timeout: .seconds(5))
+                        #expect(String(decoding: reply, as: UTF8.self) == "echo:n\(index)")
+                    }
+                }
+                try await group.waitForAll()
+            }
+        }
     }
 
     /// A reply belongs to the caller alone once `request` returns: the request's timeout timer,
@@ -110,25 +116,16 @@ struct Messages {
     /// a flood) until the timeout ran out. A buffer shared with anything else is copied on the
     /// caller's first write, so its address tells.
     @Test func aReturnedReplyIsHeldByNothingElse() async throws {
-        let dir = TempDir()
-        let endpoint = ZMQEndpoint("ipc://\(dir.path)/svc.rpc")
-        let server = ZMQLoop(name: "server")
-        let client = ZMQLoop(name: "client")
-        let (requests, socket) = try await server.serveRequests(endpoint)
-        let serving = Task {
-            for await request in requests { server.reply(to: request, with: [UInt8](repeating: 7, count: 1 << 20), on: socket) }
+        try await withServer(answering: { _ in [UInt8](repeating: 7, count: 1 << 20) }) { client, endpoint in
+            var reply = try await client.request(endpoint, body: [1], timeout: .seconds(60))
+            // The loop's thread may still be inside the callback that delivered the first reply;
+            // it has left it once a second request, which it runs after, has returned.
+            _ = try await client.request(endpoint, body: [2], timeout: .seconds(60))
+            let before = reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) }
+            reply[0] = 8
+            #expect(reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) } == before)
+            #expect(reply.count == 1 << 20)
         }
-        var reply = try await client.request(endpoint, body: [1], timeout: .seconds(60))
-        // The loop's thread may still be inside the callback that delivered the first reply;
-        // it has left it once a second request, which it runs after, has returned.
-        _ = try await client.request(endpoint, body: [2], timeout: .seconds(60))
-        let before = reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) }
-        reply[0] = 8
-        #expect(reply.withUnsafeBufferPointer { UInt(bitPattern: $0.baseAddress) } == before)
-        #expect(reply.count == 1 << 20)
-        await server.shutdown()
-        _ = await serving.value
-        await client.shutdown()
     }
 
     /// Pipelined requests go over one connection: the server sees them in the order sent, and
