@@ -18,6 +18,7 @@ let grdb = Target.Dependency.product(name: "GRDB", package: "GRDB.swift")
 let yams = Target.Dependency.product(name: "Yams", package: "Yams")
 let logging = Target.Dependency.product(name: "Logging", package: "swift-log")
 let deque = Target.Dependency.product(name: "DequeModule", package: "swift-collections")
+let heap = Target.Dependency.product(name: "HeapModule", package: "swift-collections")
 let lifecycle = Target.Dependency.product(name: "ServiceLifecycle", package: "swift-service-lifecycle")
 
 let package = Package(
@@ -79,7 +80,7 @@ let package = Package(
         .target(name: "DrivebusMQTT", dependencies: ["CMosquitto", "CDrivebusSupport"], path: "Shared/MQTT"),
         // QR codes for phone setup (libqrencode), drawn for a terminal or as SVG.
         .target(name: "DrivebusQRCode", dependencies: ["CQREncode"], path: "Shared/QRCode"),
-        .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport"], path: "Shared/ZMQ"),
+        .target(name: "DrivebusZMQ", dependencies: ["CZMQ", "CDrivebusSupport", heap], path: "Shared/ZMQ"),
         // Shared: pure models and the libraries every process uses. Nothing here knows a service.
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
         .target(name: "DrivebusSettings", dependencies: [yams, logging], path: "Shared/Settings"),

@@ -1,6 +1,7 @@
 import CDrivebusSupport
 import CZMQ
 import Foundation
+import HeapModule
 import Synchronization
 
 /// The one thread that owns a process's ZeroMQ sockets.
@@ -197,14 +198,22 @@ public final class ZMQLoop: Sendable {
             let onClose: (() -> Void)?
         }
 
-        private struct Timer {
+        /// Ordered by deadline, then by when it was scheduled.
+        private struct Timer: Comparable {
             let deadline: ContinuousClock.Instant
+            let order: Int
             let action: () -> Void
+
+            static func < (a: Timer, b: Timer) -> Bool { (a.deadline, a.order) < (b.deadline, b.order) }
+            static func == (a: Timer, b: Timer) -> Bool { (a.deadline, a.order) == (b.deadline, b.order) }
         }
 
         private var entries: [SocketID: Entry] = [:]
         private var nextID = 0
-        private var timers: [Timer] = []
+        /// A heap: every request leaves its timeout here until it is due, a busy replaying
+        /// consumer hundreds, and the loop asks for the earliest on every poll.
+        private var timers = Heap<Timer>()
+        private var timersScheduled = 0
         fileprivate var pollSetChanged = true
 
         init(context: ZMQContext) { self.context = context }
@@ -235,7 +244,8 @@ public final class ZMQLoop: Sendable {
 
         /// Runs `action` on the I/O thread after `delay`.
         public func schedule(after delay: Duration, _ action: @escaping () -> Void) {
-            timers.append(Timer(deadline: .now + delay, action: action))
+            timersScheduled += 1
+            timers.insert(Timer(deadline: .now + delay, order: timersScheduled, action: action))
         }
 
         fileprivate func pollItems(wakeFD: Int32) -> ([zmq_pollitem_t], [SocketID]) {
@@ -255,7 +265,7 @@ public final class ZMQLoop: Sendable {
         }
 
         fileprivate func millisecondsUntilNextTimer() -> Int {
-            guard let next = timers.map(\.deadline).min() else { return -1 }
+            guard let next = timers.min?.deadline else { return -1 }
             let remaining = ContinuousClock.now.duration(to: next)
             if remaining <= .zero { return 0 }
             let (seconds, attoseconds) = remaining.components
@@ -265,15 +275,15 @@ public final class ZMQLoop: Sendable {
         fileprivate func fireDueTimers() {
             guard !timers.isEmpty else { return }
             let now = ContinuousClock.now
-            let due = timers.filter { $0.deadline <= now }
-            guard !due.isEmpty else { return }
-            timers.removeAll { $0.deadline <= now }
+            // Those due now, taken out before any runs: an action may schedule another.
+            var due: [Timer] = []
+            while let first = timers.min, first.deadline <= now { due.append(timers.removeMin()) }
             for timer in due { timer.action() }
         }
 
         fileprivate func closeAll() {
             for id in Array(entries.keys) { close(id) }
-            timers = []
+            timers = Heap()
         }
     }
 }

@@ -173,6 +173,29 @@ struct Messages {
         await loop.shutdown()
     }
 
+    @Test func timersFireInDeadlineOrderWhateverOrderTheyWereScheduledIn() async throws {
+        let loop = ZMQLoop(name: "timers")
+        let delays = [40, 5, 25, 5, 60, 15, 30, 10, 50, 20, 35, 45]
+        let (fired, firing) = AsyncStream.makeStream(of: Int.self)
+        try await loop.perform { io in
+            for (index, delay) in delays.enumerated() {
+                io.schedule(after: .milliseconds(delay)) {
+                    firing.yield(index)
+                    // A timer's action may schedule another; it runs in a later round.
+                    if index == 4 { io.schedule(after: .zero) { firing.yield(-1) } }
+                }
+            }
+        }
+        var order: [Int] = []
+        for await index in fired {
+            order.append(index)
+            if order.count == delays.count + 1 { break }
+        }
+        // By deadline, however many were due in one round; then the one the last scheduled.
+        #expect(order == [1, 3, 7, 5, 9, 2, 6, 10, 0, 11, 8, 4, -1])
+        await loop.shutdown()
+    }
+
     @Test func errorsCarryErrnoOperationAndEndpoint() throws {
         let context = ZMQContext()
         let socket = try ZMQSocket(context, .pub)
