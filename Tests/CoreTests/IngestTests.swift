@@ -335,6 +335,29 @@ struct IngestHarness {
         harness.journal.shutdown()
     }
 
+    @Test func overlandKeepsWhatBecomesAFixAndReadsTheRestPastIt() async throws {
+        let harness = try IngestHarness()
+        // Fields nobody reads (nested, escaped, repeated), numbers as strings, a key spelled with
+        // an escape, an app event without a geometry, and a key given twice: the last one counts.
+        let body = #"""
+            {"locations":[
+              {"type":"Feature","geometry":null,"properties":{"action":"app_terminated"}},
+              {"type":"Feature","geometry":{"type":"Point","coordinates":["16.3725","48.2082",12]},
+               "properties":{"\u0074imestamp":"2025-01-01T00:00:05Z","wifi":"home \"net\"","deferred":[{"a":[1,{"b":null}]}],
+                 "speed":99,"speed":"4.5","horizontal_accuracy":null,"altitude":"","battery_level":0.5,"course":90,
+                 "motion":["stationary","driving",7]}}
+            ],"trip_id":{"nested":[true,false]}}
+            """#
+        let response = await harness.send("POST", "/overland", body: body)
+        #expect(response.status == 200, "\(String(decoding: response.body, as: UTF8.self))")
+        #expect(harness.published.fixes == [Fix(
+            seq: 1, device: "car", time: date("2025-01-01T00:00:05Z"), lat: 48.2082, lon: 16.3725, speedMps: 4.5, courseDeg: 90,
+            battery: 0.5, source: .overland)])
+        let motion = harness.published.all.filter { $0.topic == "motion.car" }.map { try! BusJSON.decode(MotionSample.self, from: $0.payload) }
+        #expect(motion.map(\.activity) == [.automotive])
+        harness.journal.shutdown()
+    }
+
     @Test func gpsLoggerForms() async throws {
         let harness = try IngestHarness()
         let form = "latitude=52.5&longitude=13.4&device=pixel&accuracy=7.5&battery=64&speed=12.5&direction=90&altitude=40&time=2025-03-01T10%3A00%3A00.250Z"
@@ -396,6 +419,21 @@ struct IngestHarness {
         ("/api/v1/motion", #"{"samples":[{"start":"2025-01-01T00:00:00Z","activity":"flying","confidence":"high"}]}"#, "unknown activity", 400, "samples[0].activity"),
         ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[200,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland longitude", 400, "locations[0].geometry.coordinates[0]"),
         ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[1,1]},"properties":{}}]}"#, "overland timestamp", 400, "locations[0].properties.timestamp"),
+        // Overland is read in one pass; the whole body is checked before any field is judged.
+        ("/overland", #"{"locations":"many","more":[}"#, "overland malformed after a wrong field", 400, "body"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"wifi":\#(String(repeating: "[", count: 70) + String(repeating: "]", count: 70))}}]}"#, "overland nested too deeply", 400, "body"),
+        ("/overland", #"{"locations":null}"#, "overland locations null", 400, "locations"),
+        ("/overland", #"{"locations":"many"}"#, "overland locations not a list", 400, "locations"),
+        ("/overland", #"{"locations":[],"locations":"many"}"#, "overland locations given twice, the last wrong", 400, "locations"),
+        ("/overland", #"{"locations":[1]}"#, "overland location not an object", 400, "locations[0]"),
+        ("/overland", #"{"locations":[{"geometry":[1,1]}]}"#, "overland geometry not an object", 400, "locations[0].geometry"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":"x"}]}"#, "overland properties not an object", 400, "locations[0].properties"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland one coordinate", 400, "locations[0].geometry.coordinates"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":{"lon":1}},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland coordinates not a list", 400, "locations[0].geometry.coordinates"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,null]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland latitude null", 400, "locations[0].geometry.coordinates[1]"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[true,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland longitude a bool", 400, "locations[0].geometry.coordinates[0]"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z","motion":"driving"}}]}"#, "overland motion not a list", 400, "locations[0].properties.motion"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z","speed":[]}}]}"#, "overland speed a list", 400, "locations[0].properties.speed"),
         ("/owntracks", #"{"_type":"location","lat":1,"lon":2}"#, "owntracks tst", 400, "tst"),
         ("/owntracks", #"{"lat":1,"lon":2,"tst":1700000000}"#, "owntracks _type", 400, "_type"),
         ("/owntracks", #"{"_type":"location","lat":1,"lon":2,"tst":99999999999999999999999}"#, "absurd epoch", 400, "tst"),

@@ -81,39 +81,51 @@ struct ClientParsers: Sendable {
     // MARK: Overland
 
     func overland(_ body: [UInt8], device: String) throws -> [JournalRecord] {
-        let root = try JSONFields.object(try JSONFields.parse(body), path: "")
-        guard let locations = try root.array("locations") else { throw IngestError.invalid("locations", "is required") }
-        guard locations.count <= IngestLimits.batchItems else {
-            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) locations, got \(locations.count)", field: "locations")
+        let batch = try OverlandBatch(body, limit: IngestLimits.batchItems)
+        guard batch.isObject else { throw IngestError.invalid("body", "expected a JSON object") }
+        switch batch.locations {
+        case .missing: throw IngestError.invalid("locations", "is required")
+        case .notAList: throw IngestError.invalid("locations", "expected a list")
+        case .list: break
+        }
+        guard batch.count <= IngestLimits.batchItems else {
+            throw IngestError.tooLarge("a batch holds at most \(IngestLimits.batchItems) locations, got \(batch.count)", field: "locations")
         }
         var records: [JournalRecord] = []
         var samples: [MotionSample] = []
-        records.reserveCapacity(locations.count)
-        for (index, item) in locations.enumerated() {
-            let feature = try JSONFields.object(item, path: "locations[\(index)]")
+        records.reserveCapacity(batch.items.count)
+        for (index, item) in batch.items.enumerated() {
+            // One name per location; each field's is joined to it only for an error message.
+            let path = "locations[\(index)]"
+            guard item.isObject else { throw IngestError.invalid(path, "expected a JSON object") }
             // Records without a geometry (`action: will_terminate`…) are app events, not fixes.
-            guard let geometry = try feature.child("geometry") else { continue }
-            let properties = try feature.child("properties") ?? JSONFields([:], path: feature.name("properties"))
-            guard let coordinates = try geometry.array("coordinates"), coordinates.count >= 2 else {
-                throw IngestError.invalid(geometry.name("coordinates"), "expected [longitude, latitude]")
+            guard let geometry = item.geometry else { continue }
+            guard geometry.isObject else { throw IngestError.invalid(path + ".geometry", "expected a JSON object") }
+            let properties = item.properties
+            guard properties.isObject else { throw IngestError.invalid(path + ".properties", "expected a JSON object") }
+            guard let coordinates = try JSONFields.array(geometry.coordinates, path: path, key: "geometry.coordinates"), coordinates.count >= 2 else {
+                throw IngestError.invalid(path + ".geometry.coordinates", "expected [longitude, latitude]")
             }
-            let position = JSONFields(["lon": coordinates[0], "lat": coordinates[1]], path: geometry.name("coordinates"))
-            guard let time = try properties.time("timestamp") else { throw IngestError.invalid(properties.name("timestamp"), "is required") }
+            guard let time = try JSONFields.time(properties.timestamp, path: path, key: "properties.timestamp") else {
+                throw IngestError.invalid(path + ".properties.timestamp", "is required")
+            }
             var meta: [String: String] = [:]
-            if let label = try properties.string("device_id"), !label.isEmpty { meta["device_id"] = label }
-            var raw = RawFix(
-                time: time,
-                lat: .init(value: try position.requiredDouble("lat").value, path: geometry.path, key: "coordinates[1]"),
-                lon: .init(value: try position.requiredDouble("lon").value, path: geometry.path, key: "coordinates[0]"),
-                meta: meta)
-            raw.accuracyM = try properties.double("horizontal_accuracy")
-            raw.altitudeM = try properties.double("altitude")
-            raw.speedMps = try properties.double("speed")
-            raw.courseDeg = try properties.double("course")
-            raw.battery = try properties.double("battery_level")
+            if let label = try JSONFields.string(properties.deviceID, path: path, key: "properties.device_id"), !label.isEmpty { meta["device_id"] = label }
+            guard let lat = try JSONFields.double(coordinates[1], path: path, key: "geometry.coordinates[1]") else {
+                throw IngestError.invalid(path + ".geometry.coordinates[1]", "is required")
+            }
+            guard let lon = try JSONFields.double(coordinates[0], path: path, key: "geometry.coordinates[0]") else {
+                throw IngestError.invalid(path + ".geometry.coordinates[0]", "is required")
+            }
+            var raw = RawFix(time: time, lat: lat, lon: lon, meta: meta)
+            raw.accuracyM = try JSONFields.double(properties.horizontalAccuracy, path: path, key: "properties.horizontal_accuracy")
+            raw.altitudeM = try JSONFields.double(properties.altitude, path: path, key: "properties.altitude")
+            raw.speedMps = try JSONFields.double(properties.speed, path: path, key: "properties.speed")
+            raw.courseDeg = try JSONFields.double(properties.course, path: path, key: "properties.course")
+            raw.battery = try JSONFields.double(properties.batteryLevel, path: path, key: "properties.battery_level")
             let fix = try normalizer.fix(raw, device: device, source: .overland)
             records.append(JournalRecord(.fix(fix)))
-            if let motion = try properties.array("motion") {
+            if let motion = try JSONFields.array(properties.motion, path: path, key: "properties.motion") {
                 let names = motion.compactMap { value -> String? in if case .string(let name) = value { name } else { nil } }
                 samples.append(MotionSample(device: device, start: fix.time, activity: Self.overlandActivity(names), confidence: .medium, source: .overland))
             }

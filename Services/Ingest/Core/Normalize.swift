@@ -169,23 +169,13 @@ struct JSONFields {
         return JSONFields(object, path: path)
     }
 
-    func name(_ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
+    func name(_ key: String) -> String { Self.name(path, key) }
 
-    private func value(_ key: String) -> JSONValue? {
-        guard let value = object[key], value != .null else { return nil }
-        return value
-    }
+    static func name(_ path: String, _ key: String) -> String { path.isEmpty ? key : "\(path).\(key)" }
 
-    func double(_ key: String) throws(IngestError) -> RawFix.Value<Double>? {
-        switch value(key) {
-        case nil: return nil
-        case .number(let number): return .init(value: number, path: path, key: key)
-        case .string(let text):
-            if text.isEmpty { return nil }
-            return .init(value: try Normalizer.number(text, field: name(key)), path: path, key: key)
-        default: throw .invalid(name(key), "expected a number")
-        }
-    }
+    private func value(_ key: String) -> JSONValue? { object[key] }
+
+    func double(_ key: String) throws(IngestError) -> RawFix.Value<Double>? { try Self.double(value(key), path: path, key: key) }
 
     func requiredDouble(_ key: String) throws(IngestError) -> RawFix.Value<Double> {
         guard let value = try double(key) else { throw .invalid(name(key), "is required") }
@@ -193,35 +183,57 @@ struct JSONFields {
     }
 
     func string(_ key: String, limit: Int = IngestLimits.labelBytes) throws(IngestError) -> String? {
-        switch value(key) {
-        case nil: return nil
-        case .string(let text):
-            guard text.utf8.count <= limit else { throw IngestLimits.tooLong(name(key), limit: limit) }
-            return text
-        case .number(let number): return Self.format(number)
-        default: throw .invalid(name(key), "expected a string")
-        }
+        try Self.string(value(key), path: path, key: key, limit: limit)
     }
 
-    func time(_ key: String) throws(IngestError) -> RawFix.Value<Date>? {
-        switch value(key) {
-        case nil: return nil
-        case .number(let number): return .init(value: try Normalizer.parseTime(Self.format(number), field: name(key)), path: path, key: key)
-        case .string(let text): return .init(value: try Normalizer.parseTime(text, field: name(key)), path: path, key: key)
-        default: throw .invalid(name(key), "expected a time")
-        }
-    }
+    func time(_ key: String) throws(IngestError) -> RawFix.Value<Date>? { try Self.time(value(key), path: path, key: key) }
 
     func child(_ key: String) throws(IngestError) -> JSONFields? {
-        guard let value = value(key) else { return nil }
+        guard let value = value(key), value != .null else { return nil }
         return try JSONFields.object(value, path: name(key))
     }
 
-    func array(_ key: String) throws(IngestError) -> [JSONValue]? {
-        switch value(key) {
-        case nil: return nil
+    func array(_ key: String) throws(IngestError) -> [JSONValue]? { try Self.array(value(key), path: path, key: key) }
+
+    // The same reads of one value, for readers that keep values without an object around them
+    // (`OverlandBatch`). Absent and `null` are the same: nil. The field's name is `path.key`.
+
+    static func double(_ value: JSONValue?, path: String, key: String) throws(IngestError) -> RawFix.Value<Double>? {
+        switch value {
+        case nil, .null: return nil
+        case .number(let number): return .init(value: number, path: path, key: key)
+        case .string(let text):
+            if text.isEmpty { return nil }
+            return .init(value: try Normalizer.number(text, field: name(path, key)), path: path, key: key)
+        default: throw .invalid(name(path, key), "expected a number")
+        }
+    }
+
+    static func string(_ value: JSONValue?, path: String, key: String, limit: Int = IngestLimits.labelBytes) throws(IngestError) -> String? {
+        switch value {
+        case nil, .null: return nil
+        case .string(let text):
+            guard text.utf8.count <= limit else { throw IngestLimits.tooLong(name(path, key), limit: limit) }
+            return text
+        case .number(let number): return format(number)
+        default: throw .invalid(name(path, key), "expected a string")
+        }
+    }
+
+    static func time(_ value: JSONValue?, path: String, key: String) throws(IngestError) -> RawFix.Value<Date>? {
+        switch value {
+        case nil, .null: return nil
+        case .number(let number): return .init(value: try Normalizer.parseTime(format(number), field: name(path, key)), path: path, key: key)
+        case .string(let text): return .init(value: try Normalizer.parseTime(text, field: name(path, key)), path: path, key: key)
+        default: throw .invalid(name(path, key), "expected a time")
+        }
+    }
+
+    static func array(_ value: JSONValue?, path: String, key: String) throws(IngestError) -> [JSONValue]? {
+        switch value {
+        case nil, .null: return nil
         case .array(let items): return items
-        default: throw .invalid(name(key), "expected a list")
+        default: throw .invalid(name(path, key), "expected a list")
         }
     }
 
