@@ -1,12 +1,15 @@
 import ArgumentParser
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 
 /// `drivebus-bench rest`: each service's memory at rest. The seven release executables start
 /// together on one config (loopback listeners, one device) and an empty state directory; once all
 /// are live and `--settle` seconds have passed, `Rss` and `Pss` come from
 /// `/proc/PID/smaps_rollup`. `Pss` shares the pages that several processes map (the Swift runtime
-/// and Foundation, about 28 MB of each `Rss`) among them.
+/// and Foundation, about 28 MB of each `Rss`) among them. Beside it, what each wrote to storage
+/// while at rest (`write_bytes` of `/proc/PID/io`, over the second half of `--settle`): a home
+/// server idles most of its life, on an SSD or an SD card that wears with every write.
 struct RestBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "rest", abstract: "Memory of each service at rest.")
 
@@ -16,10 +19,25 @@ struct RestBench: AsyncParsableCommand {
     @Option(help: "The aim for each service's Rss, in MB.")
     var aim = 40.0
 
+    @Option(help: "Fixes of drives (one phone, one a second, Overland batches of 100) posted before settling; 0 leaves the state empty.")
+    var driveFixes = 0
+
     func run() async throws {
-        let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: bench-token-0123456789}]")
+        let token = "bench-token-0123456789"
+        let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: \(token)}]")
         defer { system.stop() }
-        try await Task.sleep(for: .seconds(settle))
+        if driveFixes > 0 {
+            let drive = BenchDrive(start: Int(Date().timeIntervalSince1970) - driveFixes - 86_400)
+            let batches: [[UInt8]] = stride(from: 0, to: driveFixes, by: 100).map { first in
+                let features = (first..<min(first + 100, driveFixes)).map { drive.overland($0) }
+                return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
+            }
+            _ = try HTTPConnection.load(port: system.port, connections: 1, bodies: batches, path: "/overland", headers: [("Authorization", "Bearer \(token)")])
+        }
+        try await Task.sleep(for: .seconds(settle / 2))
+        let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
+        try await Task.sleep(for: .seconds(settle / 2))
+        let writtenAfter = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
         var rssSum = 0.0, pssSum = 0.0
         var over: [String] = []
         for (name, id) in system.processIDs {
@@ -30,12 +48,23 @@ struct RestBench: AsyncParsableCommand {
             rssSum += rss
             pssSum += pss
             if rss > aim { over.append(name) }
-            report(["name": "rest.service", "service": name, "rss_mb": rss, "pss_mb": pss, "settle_s": settle])
+            let written = (writtenAfter[name].flatMap { $0 } ?? 0) - (writtenBefore[name].flatMap { $0 } ?? 0)
+            let kilobytesPerMinute = (Double(written) / 1024 / (settle / 2) * 60 * 10).rounded() / 10
+            report(["name": "rest.service", "service": name, "rss_mb": rss, "pss_mb": pss, "settle_s": settle,
+                    "written_kb_per_min": kilobytesPerMinute, "drive_fixes": driveFixes])
         }
         report([
             "name": "rest.summary", "rss_sum_mb": (rssSum * 10).rounded() / 10, "pss_sum_mb": (pssSum * 10).rounded() / 10,
             "aim_mb": aim, "over_aim": over, "settle_s": settle,
         ])
+    }
+}
+
+extension RestBench {
+    /// Bytes the process has caused to be written to storage (`write_bytes` in `/proc/PID/io`).
+    static func writtenBytes(_ id: Int32) -> Int? {
+        guard let text = try? String(contentsOfFile: "/proc/\(id)/io", encoding: .utf8) else { return nil }
+        return text.split(separator: "\n").first { $0.hasPrefix("write_bytes:") }.flatMap { Int($0.split(separator: " ").last ?? "") }
     }
 }
 

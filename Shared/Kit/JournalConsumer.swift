@@ -8,9 +8,12 @@ import Synchronization
 /// - it follows the journal with a `StreamFollower` from the checkpoint's seq (catch-up, live,
 ///   gaps and lost tails filled by replay);
 /// - what the core derives goes through the service's `EventLog`: journaled, then published;
-/// - the state is checkpointed every `checkpointInterval`, right after a message that derived
-///   something, and at shutdown, but never while derived events are not yet journaled: after a
-///   crash the journal replays the step, and the events come out again with the same ids.
+/// - the state is checkpointed every `checkpointInterval` when a message was applied or a tick
+///   derived events since the last one, right after a message that derived something, and at
+///   shutdown, but never while derived events are not yet journaled: after a crash the journal
+///   replays the step, and the events come out again with the same ids. A tick that derived
+///   nothing is saved only every `idleCheckpointInterval`: after a restart the next tick does the
+///   same again, and a system at rest does not rewrite and sync four files every second.
 /// `live` tells the core whether a message came straight off the bus or from a replay, which is
 /// what keeps a replayed fix from opening a gate.
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
@@ -49,6 +52,18 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let unjournaled = Atomic<Int>(0)
     /// A step failed after changing the core: nothing is checkpointed from then on.
     private let poisoned = Atomic<Bool>(false)
+    /// A save is queued and has not yet taken its snapshot: another request needs no save of
+    /// its own, as that one will take the newer state.
+    private let saveQueued = Atomic<Bool>(false)
+    /// Steps the checkpoint must keep: messages applied and ticks that derived events. Counted
+    /// under the state lock, so a snapshot and its count go together.
+    private let changes = Atomic<UInt64>(0)
+    /// A tick ran since the last checkpoint (it may have changed the state without an event).
+    private let ticked = Atomic<Bool>(false)
+    /// What the last checkpoint written held, and when it was written. Touched only on the
+    /// checkpoint queue.
+    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant)>
+    private let idleCheckpointInterval: Duration
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
@@ -59,6 +74,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         context: ServiceContext, initial: Core, events: EventLog? = nil,
         decodingUserInfo: [CodingUserInfoKey: any Sendable] = [:],
         tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
+        idleCheckpointInterval: Duration = .seconds(300),
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
     ) throws {
         self.context = context
@@ -70,6 +86,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         self.tick = tick
         self.tickInterval = tickInterval
         self.checkpointInterval = checkpointInterval
+        self.idleCheckpointInterval = idleCheckpointInterval
+        lastSave = Mutex((changes: 0, at: .now))
         seq.store(restored?.lastSeq ?? 0, ordering: .relaxed)
         if let restored { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(restored.lastSeq)"]) }
     }
@@ -147,7 +165,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             }
             tickOwed.store(false, ordering: .relaxed)
             let events = try poisonOnFailure { try tick(&checkpoint.core, Date()) }
-            if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
+            ticked.store(true, ordering: .relaxed)
+            if !events.isEmpty {
+                unjournaled.add(1, ordering: .relaxed)
+                changes.add(1, ordering: .relaxed)
+            }
             return events
         }
         try await journal(events)
@@ -160,6 +182,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             let events = try poisonOnFailure { try apply(&checkpoint.core, message, live) }
             checkpoint.lastSeq = message.seq
             seq.store(message.seq, ordering: .relaxed)
+            changes.add(1, ordering: .relaxed)
             if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
             return events
         }
@@ -198,14 +221,29 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// Saves the newest state that has all its events journaled. Saves are serialised on one
     /// queue of their own: two at once would interleave their writes, and file I/O does not
     /// belong on the cooperative pool.
-    private func saveCheckpoint() {
+    /// Under a flood, a message that derives something comes many times a second; each save
+    /// encodes the whole state, so requests made while one waits are folded into it.
+    /// `force` saves what ticks changed too, whenever they ran (at shutdown).
+    private func saveCheckpoint(force: Bool = false) {
+        guard !saveQueued.exchange(true, ordering: .acquiringAndReleasing) || force else { return }
         Self.checkpointQueue.async { [self] in
-            guard let snapshot = state.withLock({ checkpoint -> Checkpoint? in
-                unjournaled.load(ordering: .relaxed) == 0 && !poisoned.load(ordering: .relaxed) ? checkpoint : nil
+            saveQueued.store(false, ordering: .releasing)
+            let last = lastSave.withLock { $0 }
+            guard let (snapshot, count) = state.withLock({ checkpoint -> (Checkpoint, UInt64)? in
+                guard unjournaled.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else { return nil }
+                let count = changes.load(ordering: .relaxed)
+                let tickedSince = ticked.load(ordering: .relaxed)
+                let due = count != last.changes
+                    || (tickedSince && (force || last.at.duration(to: .now) >= idleCheckpointInterval))
+                guard due else { return nil }
+                ticked.store(false, ordering: .relaxed)
+                return (checkpoint, count)
             }) else { return }
             do {
                 try checkpoint.save(snapshot)
+                lastSave.withLock { $0 = (count, .now) }
             } catch {
+                ticked.store(true, ordering: .relaxed)  // what the ticks changed is still unsaved
                 context.logger.error("checkpoint not saved: \(error)")
             }
         }
@@ -215,7 +253,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     /// Waits for the saves already queued; used once, at shutdown.
     private func flushCheckpoints() async {
-        saveCheckpoint()
+        saveCheckpoint(force: true)
         await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
             Self.checkpointQueue.async { continuation.resume() }
         }

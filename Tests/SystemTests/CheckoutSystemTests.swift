@@ -83,6 +83,72 @@ import Testing
         for child in [checkout, ingest, bus] { child.signal(SIGTERM) }
         for child in [checkout, ingest, bus] { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
     }
+
+    /// A service at rest leaves its checkpoint alone: ticks that decide nothing are redone after
+    /// a restart anyway. A message applied is saved within the checkpoint interval, and what the
+    /// ticks changed is saved at shutdown.
+    @Test func aServiceAtRestDoesNotRewriteItsCheckpoint() async throws {
+        let dir = TempDir()
+        let port = freePort()
+        let token = "rider-token-0123456789"
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: rider, token: \(token)}]
+            ingest: {listen: "127.0.0.1:\(port)"}
+            """
+        let path = dir.file("drivebus.yaml", yaml)
+        let config = try DrivebusConfig.parse(yaml: yaml)
+        let base = "http://127.0.0.1:\(port)"
+        let bus = try Child("drivebus-bus", ["--config", path])
+        let ingest = try Child("drivebus-ingest", ["--config", path])
+        let checkout = try Child("drivebus-checkout", ["--config", path])
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        let client = BusClient(settings: config.process, name: "test")
+        var beats = try await joinedSubscription(client, [], heartbeatsFrom: [.checkout])
+
+        let checkpoint = "\(dir.path)/state/data/checkout.checkpoint.json"
+        struct Saved: Decodable { let lastSeq: UInt64 }
+        // The file's bytes (its core holds the clock of the last tick) and its inode (each save
+        // renames a new file over the old one).
+        func saved() -> (seq: UInt64, bytes: Data, file: Int)? {
+            guard let data = FileManager.default.contents(atPath: checkpoint),
+                  let file = (try? FileManager.default.attributesOfItem(atPath: checkpoint))?[.systemFileNumber] as? Int,
+                  let seq = try? JSONDecoder().decode(Saved.self, from: data).lastSeq else { return nil }
+            return (seq, data, file)
+        }
+        func post(_ seconds: Double) async throws -> Int {
+            let fix = #"{"fixes":[{"time":"\#(RFC3339.format(Date().addingTimeInterval(seconds - 60)))","lat":48.2,"lon":16.37}]}"#
+            return try await http("POST", base + "/api/v1/fixes", token: token, body: Data(fix.utf8)).status
+        }
+        /// Waits until the service's heartbeats show `seconds` more of its life: ticks come once
+        /// a second, and so do checkpoint rounds.
+        func quiet(for seconds: Double) async -> Bool {
+            let from = Date()
+            return await next(&beats, of: client) { $0.topic == "svc.heartbeat.checkout" && $0.header.time > from.addingTimeInterval(seconds) } != nil
+        }
+
+        #expect(try await post(0) == 200)
+        #expect(await eventually(within: .seconds(20)) { saved()?.seq == 1 })
+        let first = try #require(saved())
+        #expect(await quiet(for: 4))
+        #expect(saved()?.bytes == first.bytes && saved()?.file == first.file, "the checkpoint was written again with nothing new")
+
+        #expect(try await post(1) == 200)
+        #expect(await eventually(within: .seconds(20)) { saved()?.seq == 2 })
+        let second = try #require(saved())
+        #expect(await quiet(for: 2))
+        #expect(saved()?.bytes == second.bytes)
+
+        checkout.signal(SIGTERM)
+        #expect(try await checkout.exitStatus() == 0, "\(checkout.stderr)")
+        #expect(saved()?.seq == 2)
+        #expect(saved()?.bytes != second.bytes, "the ticks since the last message were not saved at shutdown")
+
+        await client.shutdown()
+        for child in [ingest, bus] { child.signal(SIGTERM) }
+        for child in [ingest, bus] { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+    }
 }
 
 /// The `events` RPC of a service, as a test reads it.
