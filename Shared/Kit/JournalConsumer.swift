@@ -188,8 +188,10 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         }
         try await journal(events)
         // Checkpoint right after journaling what a message produced, so that a restart has
-        // less to redo.
-        if !events.isEmpty { saveCheckpoint() }
+        // less to redo; but not more often than the interval: under a flood every few messages
+        // derive something, and each save encodes the whole state (open trips, the scorer's
+        // history), which kept a core busy.
+        if !events.isEmpty, lastSave.withLock({ $0.at }).duration(to: .now) >= checkpointInterval { saveCheckpoint() }
     }
 
     /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
