@@ -65,7 +65,7 @@ public struct JSONWriter {
         separate()
         if value == value.rounded(), abs(value) < 1e15 {
             bytes.appendDecimal(Int64(value))
-        } else {
+        } else if !bytes.appendFewDecimals(value) {
             bytes.append(contentsOf: value.description.utf8)
         }
         needsComma = true
@@ -561,6 +561,41 @@ extension JSONValue {
 }
 
 extension [UInt8] {
+    /// Appends `value` with the fewest decimals (up to 9) that read back as exactly `value`, the
+    /// digits `description` writes, without making a String: coordinates and readings are most
+    /// of the numbers on the bus. Returns false, appending nothing, for a value outside
+    /// 0.001 ..< 1e9 or one that needs more decimals.
+    ///
+    /// For each count of decimals `d`, `m = round(|value| × 10^d)` is tried: below 2^53 both `m`
+    /// and `10^d` are exact, so `m / 10^d` is correctly rounded, the double any exact reader
+    /// makes of the decimal. If that is `value`, the decimal reads back as it.
+    public mutating func appendFewDecimals(_ value: Double) -> Bool {
+        let magnitude = value.magnitude
+        guard magnitude >= 0.001, magnitude < 1e9 else { return false }
+        var scale = 10.0
+        var power: UInt64 = 10
+        for decimals in 1...9 {
+            let scaled = (magnitude * scale).rounded()
+            if scaled < 9_007_199_254_740_992, scaled / scale == magnitude {
+                let digits = UInt64(scaled)
+                if value < 0 { append(UInt8(ascii: "-")) }
+                appendDecimal(digits / power)
+                append(UInt8(ascii: "."))
+                var fraction = digits % power
+                var place = power / 10
+                for _ in 0..<decimals {
+                    append(UInt8(ascii: "0") + UInt8(fraction / place))
+                    fraction %= place
+                    place /= 10
+                }
+                return true
+            }
+            scale *= 10
+            power *= 10
+        }
+        return false
+    }
+
     /// Appends `value` in decimal without making a String: integers are in every header and fix.
     public mutating func appendDecimal(_ value: UInt64) {
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, room for the 20 digits
