@@ -8,12 +8,13 @@ import Synchronization
 /// - it follows the journal with a `StreamFollower` from the checkpoint's seq (catch-up, live,
 ///   gaps and lost tails filled by replay);
 /// - what the core derives goes through the service's `EventLog`: journaled, then published;
-/// - the state is checkpointed every `checkpointInterval` when a message was applied or a tick
-///   derived events since the last one, right after a message that derived something, and at
-///   shutdown, but never while derived events are not yet journaled: after a crash the journal
-///   replays the step, and the events come out again with the same ids. A tick that derived
-///   nothing is saved only every `idleCheckpointInterval`: after a restart the next tick does the
-///   same again, and a system at rest does not rewrite and sync four files every second.
+/// - the state is checkpointed when a message was applied or a tick derived events since the
+///   last save, right after a message that derived something, and at shutdown, but never while
+///   derived events are not yet journaled: after a crash the journal replays the step, and the
+///   events come out again with the same ids. Saves are paced (`CheckpointPacing`): at most one
+///   per `checkpointInterval`, and a large state (open trips) less often. A tick that derived
+///   nothing is saved only every `idleCheckpointInterval`: after a restart the next tick does
+///   the same again, and a system at rest does not rewrite and sync four files every second.
 /// `live` tells the core whether a message came straight off the bus or from a replay, which is
 /// what keeps a replayed fix from opening a gate.
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
@@ -62,7 +63,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let ticked = Atomic<Bool>(false)
     /// What the last checkpoint written held, and when it was written. Touched only on the
     /// checkpoint queue.
-    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant)>
+    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant, gap: Duration)>
+    private let pacing: CheckpointPacing
     private let idleCheckpointInterval: Duration
 
     /// - Parameters:
@@ -87,7 +89,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         self.tickInterval = tickInterval
         self.checkpointInterval = checkpointInterval
         self.idleCheckpointInterval = idleCheckpointInterval
-        lastSave = Mutex((changes: 0, at: .now))
+        pacing = CheckpointPacing(interval: checkpointInterval)
+        lastSave = Mutex((changes: 0, at: .now, gap: checkpointInterval))
         seq.store(restored?.lastSeq ?? 0, ordering: .relaxed)
         if let restored { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(restored.lastSeq)"]) }
     }
@@ -191,7 +194,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         // less to redo; but not more often than the interval: under a flood every few messages
         // derive something, and each save encodes the whole state (open trips, the scorer's
         // history), which kept a core busy.
-        if !events.isEmpty, lastSave.withLock({ $0.at }).duration(to: .now) >= checkpointInterval { saveCheckpoint() }
+        if !events.isEmpty, lastSave.withLock({ $0.at.duration(to: .now) >= $0.gap }) { saveCheckpoint() }
     }
 
     /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
@@ -231,19 +234,22 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         Self.checkpointQueue.async { [self] in
             saveQueued.store(false, ordering: .releasing)
             let last = lastSave.withLock { $0 }
+            let started = ContinuousClock.now
+            // The periodic round that comes a whole gap later is on time, give or take its jitter.
+            let since = last.at.duration(to: started) + checkpointInterval / 10
             guard let (snapshot, count) = state.withLock({ checkpoint -> (Checkpoint, UInt64)? in
                 guard unjournaled.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else { return nil }
                 let count = changes.load(ordering: .relaxed)
                 let tickedSince = ticked.load(ordering: .relaxed)
-                let due = count != last.changes
-                    || (tickedSince && (force || last.at.duration(to: .now) >= idleCheckpointInterval))
+                let due = (count != last.changes && (force || since >= last.gap))
+                    || (tickedSince && (force || since >= idleCheckpointInterval))
                 guard due else { return nil }
                 ticked.store(false, ordering: .relaxed)
                 return (checkpoint, count)
             }) else { return }
             do {
-                try checkpoint.save(snapshot)
-                lastSave.withLock { $0 = (count, .now) }
+                let bytes = try checkpoint.save(snapshot)
+                lastSave.withLock { $0 = (count, started, pacing.gap(afterSaving: bytes)) }
             } catch {
                 ticked.store(true, ordering: .relaxed)  // what the ticks changed is still unsaved
                 context.logger.error("checkpoint not saved: \(error)")

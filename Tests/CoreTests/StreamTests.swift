@@ -268,3 +268,15 @@ import Testing
         #expect(throws: RPCErrorBody.self) { try ReplayPage(reply: Array(#"{"ok":true,"last_seq":1,"messages":[{"seq":1,"topic":"fix.car","payload":{"lat":}}]}"#.utf8)) }
     }
 }
+
+@Suite struct CheckpointPacingTests {
+    @Test func aSmallStateIsSavedEachIntervalALargeOneAtTheByteRate() {
+        let pacing = CheckpointPacing()  // 1 s, 64 KiB/s
+        #expect(pacing.gap(afterSaving: 0) == .seconds(1))
+        #expect(pacing.gap(afterSaving: 65_536) == .seconds(1))
+        #expect(pacing.gap(afterSaving: 131_072) == .seconds(2))
+        // Five hours of one open trip in the trips service's checkpoint.
+        #expect(pacing.gap(afterSaving: 1_383_220) == .milliseconds(21_106))
+        #expect(CheckpointPacing(interval: .seconds(5), bytesPerSecond: 1_000_000).gap(afterSaving: 2_000_000) == .seconds(5))
+    }
+}

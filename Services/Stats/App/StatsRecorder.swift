@@ -34,7 +34,9 @@ final class StatsRecorder: Service, Sendable {
     private let seq = Atomic<UInt64>(0)
     private let journalLive = Atomic<Bool>(false)
     private let derivations: Mutex<StatsDerivations>
-    private let lastStateSave = Mutex(ContinuousClock.now)
+    /// When the derivations were last encoded, and how long to wait after that save.
+    private let lastStateSave = Mutex((at: ContinuousClock.now, gap: Duration.seconds(1)))
+    private let statePacing = CheckpointPacing()
     private let tripsConfiguration: TripsConfiguration
     private let scorerConfiguration: ScorerConfiguration
     private let retention: DrivebusConfig.Retention
@@ -190,11 +192,13 @@ final class StatsRecorder: Service, Sendable {
         }
         guard let last = messages.last?.seq else { return }
         // The derivations hold whole open trips: encoding them with every batch would make
-        // storing quadratic in a trip's length, so they are saved at most once a second.
+        // storing quadratic in a trip's length, so they are saved at most once a second, and a
+        // large state less often (`CheckpointPacing`).
         let state: (seq: UInt64, data: Data)? = lastStateSave.withLock { saved in
-            guard saved.duration(to: .now) >= .seconds(1) else { return nil }
-            saved = .now
-            return derivations.withLock { derivations in (try? JSONEncoder().encode(derivations)).map { (last, $0) } }
+            guard saved.at.duration(to: .now) >= saved.gap else { return nil }
+            guard let data = derivations.withLock({ try? JSONEncoder().encode($0) }) else { return nil }
+            saved = (.now, statePacing.gap(afterSaving: data.count))
+            return (last, data)
         }
         let waiting = pending.withLock { pending in
             pending.rows += rows
