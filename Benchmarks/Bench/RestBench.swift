@@ -22,17 +22,42 @@ struct RestBench: AsyncParsableCommand {
     @Option(help: "Fixes of drives (one phone, one a second, Overland batches of 100) posted before settling; 0 leaves the state empty.")
     var driveFixes = 0
 
+    @Flag(help: "Post the drive as one trip without a stop (a long journey) instead of half-hour drives between stops.")
+    var oneTrip = false
+
+    @Option(help: "Seconds of the phone driving on after the drive, a fix a second: each service's CPU and writes meanwhile.")
+    var liveSeconds = 0
+
     func run() async throws {
         let token = "bench-token-0123456789"
         let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: \(token)}]")
         defer { system.stop() }
-        if driveFixes > 0 {
-            let drive = BenchDrive(start: Int(Date().timeIntervalSince1970) - driveFixes - 86_400)
-            let batches: [[UInt8]] = stride(from: 0, to: driveFixes, by: 100).map { first in
-                let features = (first..<min(first + 100, driveFixes)).map { drive.overland($0) }
+        let drive = BenchDrive(start: Int(Date().timeIntervalSince1970) - driveFixes - liveSeconds - 3_600)
+        let fix = oneTrip ? drive.overlandOneTrip : drive.overland
+        func post(_ fixes: Range<Int>) throws {
+            let batches: [[UInt8]] = stride(from: fixes.lowerBound, to: fixes.upperBound, by: 100).map { first in
+                let features = (first..<min(first + 100, fixes.upperBound)).map(fix)
                 return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
             }
             _ = try HTTPConnection.load(port: system.port, connections: 1, bodies: batches, path: "/overland", headers: [("Authorization", "Bearer \(token)")])
+        }
+        try post(0..<driveFixes)
+        if liveSeconds > 0 {
+            try await Task.sleep(for: .seconds(5))  // the drive has been taken in
+            let cpuBefore = system.cpuSeconds()
+            let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
+            let started = ContinuousClock.now
+            for second in 0..<liveSeconds {
+                try post(driveFixes + second..<driveFixes + second + 1)
+                try await Task.sleep(until: started + .seconds(second + 1))
+            }
+            let cpuAfter = system.cpuSeconds()
+            for (name, id) in system.processIDs {
+                let written = (Self.writtenBytes(id) ?? 0) - (writtenBefore[name].flatMap { $0 } ?? 0)
+                report(["name": "rest.live", "service": name, "drive_fixes": driveFixes, "one_trip": oneTrip, "live_s": liveSeconds,
+                        "cpu_percent": ((cpuAfter[name, default: 0] - cpuBefore[name, default: 0]) / Double(liveSeconds) * 1000).rounded() / 10,
+                        "written_kb_per_min": (Double(written) / 1024 / Double(liveSeconds) * 60 * 10).rounded() / 10])
+            }
         }
         try await Task.sleep(for: .seconds(settle / 2))
         let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })

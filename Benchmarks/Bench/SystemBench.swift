@@ -118,6 +118,12 @@ struct BenchDrive {
         return #"{"_type":"location","lat":\#(fix.lat),"lon":\#(fix.lon),"tst":\#(fix.time),"acc":5,"vel":48,"batt":80,"tid":"cr"}"#
     }
 
+    /// One drive without a stop, a fix a second eastwards at 47 km/h: a long journey's open trip.
+    func overlandOneTrip(_ index: Int) -> String {
+        let time = RFC3339.format(Date(timeIntervalSince1970: Double(start + index)))
+        return #"{"type":"Feature","geometry":{"type":"Point","coordinates":[\#(16.0 + Double(index) * 0.00018),48.2]},"properties":{"timestamp":"\#(time)","speed":13,"horizontal_accuracy":5}}"#
+    }
+
     func overland(_ index: Int) -> String {
         let fix = place(index)
         let time = RFC3339.format(Date(timeIntervalSince1970: Double(fix.time)))
