@@ -187,7 +187,7 @@ let package = Package(
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusTestbed", "DrivebusTestSupport", "GeofenceCore", "CheckoutCore", "ScorerCore",
                 "DrivebusMQTT", "MQTTCore",
                 .product(name: "Crypto", package: "swift-crypto"), .product(name: "ZIPFoundation", package: "ZIPFoundation"),
-                grdb,
+                grdb, logging,
             ],
             path: "Tests/SystemTests"
         ),

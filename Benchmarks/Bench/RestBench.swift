@@ -32,7 +32,10 @@ struct RestBench: AsyncParsableCommand {
         let token = "bench-token-0123456789"
         let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: \(token)}]")
         defer { system.stop() }
-        let drive = BenchDrive(start: Int(Date().timeIntervalSince1970) - driveFixes - liveSeconds - 3_600)
+        // Timed so that the live phase's fixes are the phone's latest, a few seconds old as sent.
+        let now = Int(Date().timeIntervalSince1970)
+        let span = oneTrip ? driveFixes : BenchDrive(start: 0).seconds(to: driveFixes)
+        let drive = BenchDrive(start: now - span - 2)
         let fix = oneTrip ? drive.overlandOneTrip : drive.overland
         func post(_ fixes: Range<Int>) throws {
             let batches: [[UInt8]] = stride(from: fixes.lowerBound, to: fixes.upperBound, by: 100).map { first in
@@ -42,8 +45,10 @@ struct RestBench: AsyncParsableCommand {
             _ = try HTTPConnection.load(port: system.port, connections: 1, bodies: batches, path: "/overland", headers: [("Authorization", "Bearer \(token)")])
         }
         try post(0..<driveFixes)
+        let bus = BusClient(settings: system.config.process, name: "bench")
+        defer { Task { await bus.shutdown() } }
+        try await system.waitUntilEveryServiceIsDone(bus: bus, deadline: .now + .seconds(600))
         if liveSeconds > 0 {
-            try await Task.sleep(for: .seconds(5))  // the drive has been taken in
             let cpuBefore = system.cpuSeconds()
             let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
             let started = ContinuousClock.now
@@ -53,10 +58,12 @@ struct RestBench: AsyncParsableCommand {
             }
             let cpuAfter = system.cpuSeconds()
             for (name, id) in system.processIDs {
-                let written = (Self.writtenBytes(id) ?? 0) - (writtenBefore[name].flatMap { $0 } ?? 0)
-                report(["name": "rest.live", "service": name, "drive_fixes": driveFixes, "one_trip": oneTrip, "live_s": liveSeconds,
-                        "cpu_percent": ((cpuAfter[name, default: 0] - cpuBefore[name, default: 0]) / Double(liveSeconds) * 1000).rounded() / 10,
-                        "written_kb_per_min": (Double(written) / 1024 / Double(liveSeconds) * 60 * 10).rounded() / 10])
+                var line: [String: Any] = [
+                    "name": "rest.live", "service": name, "drive_fixes": driveFixes, "one_trip": oneTrip, "live_s": liveSeconds,
+                    "cpu_percent": ((cpuAfter[name, default: 0] - cpuBefore[name, default: 0]) / Double(liveSeconds) * 1000).rounded() / 10,
+                ]
+                line["written_kb_per_min"] = Self.kilobytesPerMinute(from: writtenBefore[name] ?? nil, to: Self.writtenBytes(id), seconds: Double(liveSeconds))
+                report(line)
             }
         }
         try await Task.sleep(for: .seconds(settle / 2))
@@ -73,10 +80,9 @@ struct RestBench: AsyncParsableCommand {
             rssSum += rss
             pssSum += pss
             if rss > aim { over.append(name) }
-            let written = (writtenAfter[name].flatMap { $0 } ?? 0) - (writtenBefore[name].flatMap { $0 } ?? 0)
-            let kilobytesPerMinute = (Double(written) / 1024 / (settle / 2) * 60 * 10).rounded() / 10
-            report(["name": "rest.service", "service": name, "rss_mb": rss, "pss_mb": pss, "settle_s": settle,
-                    "written_kb_per_min": kilobytesPerMinute, "drive_fixes": driveFixes])
+            var line: [String: Any] = ["name": "rest.service", "service": name, "rss_mb": rss, "pss_mb": pss, "settle_s": settle, "drive_fixes": driveFixes]
+            line["written_kb_per_min"] = Self.kilobytesPerMinute(from: writtenBefore[name] ?? nil, to: writtenAfter[name] ?? nil, seconds: settle / 2)
+            report(line)
         }
         report([
             "name": "rest.summary", "rss_sum_mb": (rssSum * 10).rounded() / 10, "pss_sum_mb": (pssSum * 10).rounded() / 10,
@@ -86,7 +92,16 @@ struct RestBench: AsyncParsableCommand {
 }
 
 extension RestBench {
+    /// KiB a minute between two readings of `write_bytes`; nil (left out of the report, not 0)
+    /// when either could not be read.
+    static func kilobytesPerMinute(from before: Int?, to after: Int?, seconds: Double) -> Double? {
+        guard let before, let after else { return nil }
+        return (Double(after - before) / 1024 / seconds * 60 * 10).rounded() / 10
+    }
+
     /// Bytes the process has caused to be written to storage (`write_bytes` in `/proc/PID/io`).
+    /// Writes to a tmpfs are not counted there: the state directory must be on a disk (it is
+    /// under `/tmp`, on this machine the root disk).
     static func writtenBytes(_ id: Int32) -> Int? {
         guard let text = try? String(contentsOfFile: "/proc/\(id)/io", encoding: .utf8) else { return nil }
         return text.split(separator: "\n").first { $0.hasPrefix("write_bytes:") }.flatMap { Int($0.split(separator: " ").last ?? "") }

@@ -113,6 +113,9 @@ struct BenchDrive {
         return (48.2, 16.3 + Double(along) * 0.00018, start + drive * (Self.driveSeconds + Self.parkedSeconds) + second)
     }
 
+    /// Seconds from `start` to fix `index` of these drives (parks included).
+    func seconds(to index: Int) -> Int { place(index).time - start }
+
     func ownTracks(_ index: Int) -> String {
         let fix = place(index)
         return #"{"_type":"location","lat":\#(fix.lat),"lon":\#(fix.lon),"tst":\#(fix.time),"acc":5,"vel":48,"batt":80,"tid":"cr"}"#
@@ -155,20 +158,25 @@ extension BenchSystem {
         defer { sampler.stop() }
         let started = ContinuousClock.now
         let answered = try await Task.detached(operation: load).value
-        let head = try await bus.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
-        let consumers = ServiceName.standard.filter { $0 != .bus && $0 != .ingest }
-        for service in consumers {
-            while (try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0) < head {
-                guard ContinuousClock.now < started + .seconds(600) else { throw ValidationError("\(service.executable) did not reach seq \(head)") }
-                try await Task.sleep(for: .milliseconds(20))
-            }
-        }
+        try await waitUntilEveryServiceIsDone(bus: bus, deadline: started + .seconds(600))
         let done = seconds(started.duration(to: .now))
         let after = cpuSeconds()
         let used = after.reduce(into: [String: Double]()) { used, process in
             used[process.key] = ((process.value - (before[process.key] ?? 0)) * 1000).rounded() / 1000
         }
         return Run(answered: answered, done: done, cpuByProcess: used, fixes: fixes, peakSummed: sampler.stop())
+    }
+
+    /// Waits until every consumer's `health` has reached ingest's last journal seq.
+    func waitUntilEveryServiceIsDone(bus: BusClient, deadline: ContinuousClock.Instant) async throws {
+        let head = try await bus.call(.ingest, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0
+        let consumers = ServiceName.standard.filter { $0 != .bus && $0 != .ingest }
+        for service in consumers {
+            while (try await bus.call(service, RPCRequestHead(op: "health"), as: HealthReply.self).lastSeq["journal"] ?? 0) < head {
+                guard ContinuousClock.now < deadline else { throw ValidationError("\(service.executable) did not reach seq \(head)") }
+                try await Task.sleep(for: .milliseconds(20))
+            }
+        }
     }
 }
 

@@ -48,11 +48,15 @@ public struct CheckpointFile: Sendable {
 }
 
 /// How soon a state may be saved again after a save of `bytes`: not before `interval`, and no
-/// faster on average than `bytesPerSecond`. A state that holds whole open trips grows with the
+/// faster on average than `bytesPerSecond` (64 KiB/s by default). A state that holds whole open trips grows with the
 /// drive (1.4 MB after five hours of it): saved every second, that was 1.4 MB/s of writes and 3 %
 /// of a core, per service, for as long as the drive went on. A restart replays what came since
 /// the save, which is cheap.
 public struct CheckpointPacing: Sendable {
+    /// A state this small is saved right after the events it produced, whatever the gap: it
+    /// costs next to nothing, and it holds what must not be lost (a gate's cooldown).
+    public static let promptBytes = 16 << 10
+
     public var interval: Duration
     public var bytesPerSecond: Int
 

@@ -61,22 +61,31 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let changes = Atomic<UInt64>(0)
     /// A tick ran since the last checkpoint (it may have changed the state without an event).
     private let ticked = Atomic<Bool>(false)
-    /// What the last checkpoint written held, and when it was written. Touched only on the
-    /// checkpoint queue.
-    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant, gap: Duration)>
+    /// What the last checkpoint held, when it was taken, its size and the gap it asks for before
+    /// the next. Written on the checkpoint queue; read there and by `apply`.
+    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant, bytes: Int, gap: Duration)>
     private let pacing: CheckpointPacing
     private let idleCheckpointInterval: Duration
+    private let tickStateMatters: @Sendable (Core) -> Bool
 
     /// - Parameters:
     ///   - initial: the core for a first start, with no checkpoint.
     ///   - decodingUserInfo: what a checkpoint needs to decode: the configurations it leaves out
     ///     (`CheckpointConfiguration.userInfo`), so that today's config always wins.
     ///   - events: the service's event log, if other parts of it publish derived events too.
+    ///   - checkpointInterval: the least time between two saves while messages arrive; a large
+    ///     state is saved less often (`CheckpointPacing`).
+    ///   - idleCheckpointInterval: how often what ticks alone changed is saved, as a safety net.
+    ///   - tickStateMatters: whether the state after a tick holds something a restart cannot
+    ///     observe again (a ride's silence, counted tick by tick), so that the tick is saved like a
+    ///     message. By default a tick that derived no event is one the next tick after a restart
+    ///     does again (a clock moving on, a trip closed by a timeout).
     public init(
         context: ServiceContext, initial: Core, events: EventLog? = nil,
         decodingUserInfo: [CodingUserInfoKey: any Sendable] = [:],
         tickInterval: Duration = .seconds(1), checkpointInterval: Duration = .seconds(1),
         idleCheckpointInterval: Duration = .seconds(300),
+        tickStateMatters: @escaping @Sendable (Core) -> Bool = { _ in false },
         apply: @escaping Apply, tick: @escaping Tick = { _, _ in [] }
     ) throws {
         self.context = context
@@ -90,7 +99,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         self.checkpointInterval = checkpointInterval
         self.idleCheckpointInterval = idleCheckpointInterval
         pacing = CheckpointPacing(interval: checkpointInterval)
-        lastSave = Mutex((changes: 0, at: .now, gap: checkpointInterval))
+        lastSave = Mutex((changes: 0, at: .now, bytes: 0, gap: checkpointInterval))
+        self.tickStateMatters = tickStateMatters
         seq.store(restored?.lastSeq ?? 0, ordering: .relaxed)
         if let restored { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(restored.lastSeq)"]) }
     }
@@ -169,6 +179,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             tickOwed.store(false, ordering: .relaxed)
             let events = try poisonOnFailure { try tick(&checkpoint.core, Date()) }
             ticked.store(true, ordering: .relaxed)
+            if events.isEmpty, tickStateMatters(checkpoint.core) { changes.add(1, ordering: .relaxed) }
             if !events.isEmpty {
                 unjournaled.add(1, ordering: .relaxed)
                 changes.add(1, ordering: .relaxed)
@@ -190,11 +201,13 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             return events
         }
         try await journal(events)
-        // Checkpoint right after journaling what a message produced, so that a restart has
-        // less to redo; but not more often than the interval: under a flood every few messages
-        // derive something, and each save encodes the whole state (open trips, the scorer's
-        // history), which kept a core busy.
-        if !events.isEmpty, lastSave.withLock({ $0.at.duration(to: .now) >= $0.gap }) { saveCheckpoint() }
+        // Checkpoint right after journaling what a message produced, so that a restart has less
+        // to redo (a gate's cooldown, recorded with its firing, is not lost to a crash). A large
+        // state waits for its gap: under a flood every few messages derive a score, and each save
+        // encodes the whole state (open trips, the scorer's history), which kept a core busy.
+        if !events.isEmpty, lastSave.withLock({ $0.bytes <= CheckpointPacing.promptBytes || $0.at.duration(to: .now) >= $0.gap }) {
+            saveCheckpoint(prompt: true)
+        }
     }
 
     /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
@@ -228,20 +241,22 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// belong on the cooperative pool.
     /// Under a flood, a message that derives something comes many times a second; each save
     /// encodes the whole state, so requests made while one waits are folded into it.
+    /// `prompt` saves a change without waiting for the gap (a small state, after events);
     /// `force` saves what ticks changed too, whenever they ran (at shutdown).
-    private func saveCheckpoint(force: Bool = false) {
+    private func saveCheckpoint(prompt: Bool = false, force: Bool = false) {
         guard !saveQueued.exchange(true, ordering: .acquiringAndReleasing) || force else { return }
         Self.checkpointQueue.async { [self] in
             saveQueued.store(false, ordering: .releasing)
             let last = lastSave.withLock { $0 }
             let started = ContinuousClock.now
-            // The periodic round that comes a whole gap later is on time, give or take its jitter.
+            // The periodic round that comes a whole gap later is on time, give or take its jitter
+            // (so two saves may be 0.9 intervals apart).
             let since = last.at.duration(to: started) + checkpointInterval / 10
             guard let (snapshot, count) = state.withLock({ checkpoint -> (Checkpoint, UInt64)? in
                 guard unjournaled.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else { return nil }
                 let count = changes.load(ordering: .relaxed)
                 let tickedSince = ticked.load(ordering: .relaxed)
-                let due = (count != last.changes && (force || since >= last.gap))
+                let due = (count != last.changes && (force || prompt || since >= last.gap))
                     || (tickedSince && (force || since >= idleCheckpointInterval))
                 guard due else { return nil }
                 ticked.store(false, ordering: .relaxed)
@@ -249,7 +264,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             }) else { return }
             do {
                 let bytes = try checkpoint.save(snapshot)
-                lastSave.withLock { $0 = (count, started, pacing.gap(afterSaving: bytes)) }
+                lastSave.withLock { $0 = (count, started, bytes, pacing.gap(afterSaving: bytes)) }
             } catch {
                 ticked.store(true, ordering: .relaxed)  // what the ticks changed is still unsaved
                 context.logger.error("checkpoint not saved: \(error)")

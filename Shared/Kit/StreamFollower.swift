@@ -145,6 +145,10 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
     private func replay(_ cursor: inout StreamCursor, through target: UInt64?, hold: Hold, apply: Apply) async throws {
         var attempt = 0
         while !Task.isShuttingDownGracefully {
+            // Cancelled (a sibling task failed, and the service is to exit and be restarted),
+            // every request and every pause would end at once: this loop would spin a core for
+            // ever, and the service never exit.
+            try Task.checkCancellation()
             let from = cursor.lastApplied + 1
             if let target, from > target { return }
             let page: (records: [Record], lastSeq: UInt64)
@@ -154,6 +158,7 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
                 attempt = 0
             } catch {
                 if Task.isShuttingDownGracefully { return }
+                try Task.checkCancellation()
                 // The source may be starting too: wait for it rather than give up. Meanwhile the
                 // consumer's clock goes on deciding, as it would with no replay under way.
                 attempt += 1

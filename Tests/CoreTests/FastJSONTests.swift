@@ -91,7 +91,9 @@ import Testing
     @Test func fewDecimalsAreWrittenAsDescriptionWritesThem() throws {
         var generator = SystemRandomNumberGenerator()
         var values: [Double] = [0.001, 0.0009999, 0.1, 0.3, 0.30000000000000004, 48.2082, -122.030581, 999_999_999.5, 1e9 + 0.5,
-                                123_456.789012345, 0.123456789, 0.1234567891, 5e-324, -0.0015, 1.0000000001, 2.675, 1.005]
+                                123_456.789012345, 0.123456789, 0.1234567891, 5e-324, -0.0015, 1.0000000001, 2.675, 1.005,
+                                // Exactly between two decimals of as many places that both read back as it.
+                                8_388_608.0009765625, 67_108_864.001953125, 536_870_912.00390625, -8_388_608.0009765625]
         // Phone-shaped: up to 9 decimals, at least 0.001 away from 0. Each must take the new path.
         var phoneShaped: [Double] = []
         for _ in 0..<100_000 {

@@ -337,13 +337,14 @@ struct IngestHarness {
 
     @Test func overlandKeepsWhatBecomesAFixAndReadsTheRestPastIt() async throws {
         let harness = try IngestHarness()
-        // Fields nobody reads (nested, escaped, repeated), numbers as strings, a key spelled with
+        // Fields nobody reads (nested as deep as allowed, escaped, repeated), numbers as strings, a key spelled with
         // an escape, an app event without a geometry, and a key given twice: the last one counts.
         let body = #"""
             {"locations":[
               {"type":"Feature","geometry":null,"properties":{"action":"app_terminated"}},
               {"type":"Feature","geometry":{"type":"Point","coordinates":["16.3725","48.2082",12]},
                "properties":{"\u0074imestamp":"2025-01-01T00:00:05Z","wifi":"home \"net\"","deferred":[{"a":[1,{"b":null}]}],
+                 "deep":\#(String(repeating: "[", count: 60) + String(repeating: "]", count: 60)),
                  "speed":99,"speed":"4.5","horizontal_accuracy":null,"altitude":"","battery_level":0.5,"course":90,
                  "motion":["stationary","driving",7]}}
             ],"trip_id":{"nested":[true,false]}}
@@ -421,7 +422,8 @@ struct IngestHarness {
         ("/overland", #"{"locations":[{"type":"Feature","geometry":{"type":"Point","coordinates":[1,1]},"properties":{}}]}"#, "overland timestamp", 400, "locations[0].properties.timestamp"),
         // Overland is read in one pass; the whole body is checked before any field is judged.
         ("/overland", #"{"locations":"many","more":[}"#, "overland malformed after a wrong field", 400, "body"),
-        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"wifi":\#(String(repeating: "[", count: 70) + String(repeating: "]", count: 70))}}]}"#, "overland nested too deeply", 400, "body"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"wifi":\#(String(repeating: "[", count: 61) + String(repeating: "]", count: 61))}}]}"#, "overland nested too deeply", 400, "body"),
+        ("/overland", #"{"locations":[\#(Array(repeating: "{}", count: IngestLimits.batchItems + 1).joined(separator: ","))]}"#, "overland batch too large", 413, "locations"),
         ("/overland", #"{"locations":null}"#, "overland locations null", 400, "locations"),
         ("/overland", #"{"locations":"many"}"#, "overland locations not a list", 400, "locations"),
         ("/overland", #"{"locations":[],"locations":"many"}"#, "overland locations given twice, the last wrong", 400, "locations"),

@@ -85,8 +85,8 @@ import Testing
     }
 
     /// A service at rest leaves its checkpoint alone: ticks that decide nothing are redone after
-    /// a restart anyway. A message applied is saved within the checkpoint interval, and what the
-    /// ticks changed is saved at shutdown.
+    /// a restart anyway. A message applied is saved within the checkpoint interval, what the
+    /// ticks changed is saved at shutdown, and a ride's growing silence as it grows.
     @Test func aServiceAtRestDoesNotRewriteItsCheckpoint() async throws {
         let dir = TempDir()
         let port = freePort()
@@ -144,6 +144,19 @@ import Testing
         #expect(try await checkout.exitStatus() == 0, "\(checkout.stderr)")
         #expect(saved()?.seq == 2)
         #expect(saved()?.bytes != second.bytes, "the ticks since the last message were not saved at shutdown")
+
+        // During a ride each tick adds to its observed silence, which a restart cannot observe
+        // again: it is saved as it grows, with no message arriving.
+        let restarted = try Child("drivebus-checkout", ["--config", path])
+        try await waitUntilLive(.checkout, config: config)
+        beats = try await joinedSubscription(client, [], heartbeatsFrom: [.checkout])
+        #expect(try await http("POST", base + "/api/v1/taxi/checkin", token: token, body: Data(#"{"time":"\#(RFC3339.format(Date()))"}"#.utf8)).status == 200)
+        #expect(await eventually(within: .seconds(20)) { saved()?.seq == 3 })
+        let riding = try #require(saved())
+        #expect(await quiet(for: 3))
+        #expect(saved()?.bytes != riding.bytes, "a ride's silence was not saved while it grew")
+        restarted.signal(SIGTERM)
+        #expect(try await restarted.exitStatus() == 0, "\(restarted.stderr)")
 
         await client.shutdown()
         for child in [ingest, bus] { child.signal(SIGTERM) }

@@ -8,6 +8,9 @@ await ServiceRunner.main(.checkout, configuration: DrivebusConfig.self) { contex
         context: context,
         initial: CheckoutDetector(configuration: configuration),
         decodingUserInfo: CheckpointConfiguration.userInfo(configuration),
+        // Each tick adds to an open ride's observed silence, which a restart cannot observe
+        // again: a crash must not take minutes of it away.
+        tickStateMatters: { $0.openCheckins > 0 },
         apply: { detector, message, _ in
             let input: CheckoutInput
             switch message.decoded {
