@@ -56,6 +56,8 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// A save is queued and has not yet taken its snapshot: another request needs no save of
     /// its own, as that one will take the newer state.
     private let saveQueued = Atomic<Bool>(false)
+    /// A prompt save was asked for: a waiting save it was folded into saves promptly too.
+    private let promptQueued = Atomic<Bool>(false)
     /// Steps the checkpoint must keep: messages applied and ticks that derived events. Counted
     /// under the state lock, so a snapshot and its count go together.
     private let changes = Atomic<UInt64>(0)
@@ -244,9 +246,11 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     /// `prompt` saves a change without waiting for the gap (a small state, after events);
     /// `force` saves what ticks changed too, whenever they ran (at shutdown).
     private func saveCheckpoint(prompt: Bool = false, force: Bool = false) {
+        if prompt { promptQueued.store(true, ordering: .releasing) }
         guard !saveQueued.exchange(true, ordering: .acquiringAndReleasing) || force else { return }
         Self.checkpointQueue.async { [self] in
             saveQueued.store(false, ordering: .releasing)
+            let prompt = promptQueued.exchange(false, ordering: .acquiringAndReleasing) || prompt
             let last = lastSave.withLock { $0 }
             let started = ContinuousClock.now
             // The periodic round that comes a whole gap later is on time, give or take its jitter
