@@ -50,7 +50,7 @@ struct RestBench: AsyncParsableCommand {
         try await system.waitUntilEveryServiceIsDone(bus: bus, deadline: .now + .seconds(600))
         if liveSeconds > 0 {
             let cpuBefore = system.cpuSeconds()
-            let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
+            let writtenBefore = Self.writtenBytes(of: system)
             let started = ContinuousClock.now
             for second in 0..<liveSeconds {
                 try post(driveFixes + second..<driveFixes + second + 1)
@@ -67,9 +67,9 @@ struct RestBench: AsyncParsableCommand {
             }
         }
         try await Task.sleep(for: .seconds(settle / 2))
-        let writtenBefore = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
+        let writtenBefore = Self.writtenBytes(of: system)
         try await Task.sleep(for: .seconds(settle / 2))
-        let writtenAfter = Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, Self.writtenBytes($0.id)) })
+        let writtenAfter = Self.writtenBytes(of: system)
         var rssSum = 0.0, pssSum = 0.0
         var over: [String] = []
         for (name, id) in system.processIDs {
@@ -97,6 +97,11 @@ extension RestBench {
     static func kilobytesPerMinute(from before: Int?, to after: Int?, seconds: Double) -> Double? {
         guard let before, let after else { return nil }
         return (Double(after - before) / 1024 / seconds * 60 * 10).rounded() / 10
+    }
+
+    /// `writtenBytes` of each of the system's processes, by executable name.
+    static func writtenBytes(of system: BenchSystem) -> [String: Int?] {
+        Dictionary(uniqueKeysWithValues: system.processIDs.map { ($0.name, writtenBytes($0.id)) })
     }
 
     /// Bytes the process has caused to be written to storage (`write_bytes` in `/proc/PID/io`).

@@ -250,7 +250,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         guard !saveQueued.exchange(true, ordering: .acquiringAndReleasing) || force else { return }
         Self.checkpointQueue.async { [self] in
             saveQueued.store(false, ordering: .releasing)
-            let prompt = promptQueued.exchange(false, ordering: .acquiringAndReleasing) || prompt
+            let prompt = promptQueued.exchange(false, ordering: .acquiringAndReleasing)
             let last = lastSave.withLock { $0 }
             let started = ContinuousClock.now
             // The periodic round that comes a whole gap later is on time, give or take its jitter

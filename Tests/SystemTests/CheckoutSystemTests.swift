@@ -7,23 +7,10 @@ import Testing
 /// Check-in, motion and fixes through the real ingest HTTP endpoints; `taxi.checkout` off the bus.
 @Suite(.serialized) struct CheckoutSystemTests {
     @Test func aRiderIsCheckedOutWhenTheyWalkAwayAndOnlyOnce() async throws {
-        let dir = TempDir()
-        let port = freePort()
-        let token = "rider-token-0123456789"
-        let yaml = """
-            state_dir: \(dir.path)/state
-            heartbeat_interval_s: 0.2
-            devices: [{id: rider, token: \(token)}]
-            ingest: {listen: "127.0.0.1:\(port)"}
-            """
-        let path = dir.file("drivebus.yaml", yaml)
-        let config = try DrivebusConfig.parse(yaml: yaml)
-        let base = "http://127.0.0.1:\(port)"
-        let bus = try Child("drivebus-bus", ["--config", path])
-        let ingest = try Child("drivebus-ingest", ["--config", path])
-        var checkout = try Child("drivebus-checkout", ["--config", path])
-        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
-        let client = BusClient(settings: config.process, name: "test")
+        let system = try await RiderSystem()
+        let (path, config, base, token, client) = (system.path, system.config, system.base, RiderSystem.token, system.client)
+        let (bus, ingest) = (system.bus, system.ingest)
+        var checkout = system.checkout
         var events = try await joinedSubscription(client, ["taxi.checkout."], heartbeatsFrom: [.checkout])
 
         let checkin = Date(timeIntervalSince1970: (Date().timeIntervalSince1970 / 60).rounded(.down) * 60 - 3600)
@@ -88,23 +75,9 @@ import Testing
     /// a restart anyway. A message applied is saved within the checkpoint interval, what the
     /// ticks changed is saved at shutdown, and a ride's growing silence as it grows.
     @Test func aServiceAtRestDoesNotRewriteItsCheckpoint() async throws {
-        let dir = TempDir()
-        let port = freePort()
-        let token = "rider-token-0123456789"
-        let yaml = """
-            state_dir: \(dir.path)/state
-            heartbeat_interval_s: 0.2
-            devices: [{id: rider, token: \(token)}]
-            ingest: {listen: "127.0.0.1:\(port)"}
-            """
-        let path = dir.file("drivebus.yaml", yaml)
-        let config = try DrivebusConfig.parse(yaml: yaml)
-        let base = "http://127.0.0.1:\(port)"
-        let bus = try Child("drivebus-bus", ["--config", path])
-        let ingest = try Child("drivebus-ingest", ["--config", path])
-        let checkout = try Child("drivebus-checkout", ["--config", path])
-        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
-        let client = BusClient(settings: config.process, name: "test")
+        let system = try await RiderSystem()
+        let (dir, path, config, base, token, client) = (system.dir, system.path, system.config, system.base, RiderSystem.token, system.client)
+        let (bus, ingest, checkout) = (system.bus, system.ingest, system.checkout)
         var beats = try await joinedSubscription(client, [], heartbeatsFrom: [.checkout])
 
         let checkpoint = "\(dir.path)/state/data/checkout.checkpoint.json"
@@ -161,6 +134,39 @@ import Testing
         await client.shutdown()
         for child in [ingest, bus] { child.signal(SIGTERM) }
         for child in [ingest, bus] { #expect(try await child.exitStatus() == 0, "\(child.stderr)") }
+    }
+}
+
+/// Bus, ingest and checkout on a temporary state directory, one rider device, heartbeats every
+/// 0.2 s; ready once ingest answers.
+struct RiderSystem {
+    static let token = "rider-token-0123456789"
+    let dir = TempDir()
+    let path: String
+    let config: DrivebusConfig
+    let base: String
+    let bus: Child
+    let ingest: Child
+    let checkout: Child
+    let client: BusClient
+
+    init() async throws {
+        let port = freePort()
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.2
+            devices: [{id: rider, token: \(Self.token)}]
+            ingest: {listen: "127.0.0.1:\(port)"}
+            """
+        path = dir.file("drivebus.yaml", yaml)
+        config = try DrivebusConfig.parse(yaml: yaml)
+        base = "http://127.0.0.1:\(port)"
+        bus = try Child("drivebus-bus", ["--config", path])
+        ingest = try Child("drivebus-ingest", ["--config", path])
+        checkout = try Child("drivebus-checkout", ["--config", path])
+        let base = base
+        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", base + "/healthz").status) == 200 })
+        client = BusClient(settings: config.process, name: "test")
     }
 }
 

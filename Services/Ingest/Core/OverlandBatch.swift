@@ -57,11 +57,7 @@ struct OverlandBatch {
     }
 
     private mutating func read(_ reader: inout JSONReader, limit: Int) throws(JSONReader.Failure) {
-        guard reader.peekNonSpace() == UInt8(ascii: "{") else {
-            isObject = false
-            return try reader.skipValue()
-        }
-        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+        isObject = try Self.readObject(&reader, depth: 0) { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             guard "locations" ~= key else { return try reader.skipValue(depth: 1) }
             items = []
             count = 0
@@ -80,17 +76,26 @@ struct OverlandBatch {
             }
         }
     }
+
+    /// Reads the object at `depth`, calling `field` for each key as `JSONReader.readObject` does;
+    /// anything else there is skipped (checked, as the body is checked to its end) and false
+    /// returned, to be judged after the reading.
+    static func readObject(
+        _ reader: inout JSONReader, depth: Int, _ field: (inout JSONReader, JSONKey) throws(JSONReader.Failure) -> Void
+    ) throws(JSONReader.Failure) -> Bool {
+        guard reader.peekNonSpace() == UInt8(ascii: "{") else {
+            try reader.skipValue(depth: depth)
+            return false
+        }
+        try reader.readObject(field)
+        return true
+    }
 }
 
 extension OverlandBatch.Location {
     /// A location at depth 2 (body, `locations`, here).
     init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
-        guard reader.peekNonSpace() == UInt8(ascii: "{") else {
-            isObject = false
-            try reader.skipValue(depth: 2)
-            return
-        }
-        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+        isObject = try OverlandBatch.readObject(&reader, depth: 2) { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
             case "geometry": geometry = reader.readNull() ? nil : try OverlandBatch.Geometry(reading: &reader)
             case "properties": properties = reader.readNull() ? .init() : try OverlandBatch.Properties(reading: &reader)
@@ -102,12 +107,7 @@ extension OverlandBatch.Location {
 
 extension OverlandBatch.Geometry {
     init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
-        guard reader.peekNonSpace() == UInt8(ascii: "{") else {
-            isObject = false
-            try reader.skipValue(depth: 3)
-            return
-        }
-        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+        isObject = try OverlandBatch.readObject(&reader, depth: 3) { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             if "coordinates" ~= key { coordinates = try reader.readValue(depth: 4) } else { try reader.skipValue(depth: 4) }
         }
     }
@@ -115,12 +115,7 @@ extension OverlandBatch.Geometry {
 
 extension OverlandBatch.Properties {
     init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
-        guard reader.peekNonSpace() == UInt8(ascii: "{") else {
-            isObject = false
-            try reader.skipValue(depth: 3)
-            return
-        }
-        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+        isObject = try OverlandBatch.readObject(&reader, depth: 3) { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
             case "timestamp": timestamp = try reader.readValue(depth: 4)
             case "device_id": deviceID = try reader.readValue(depth: 4)
