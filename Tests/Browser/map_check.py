@@ -12,11 +12,12 @@ import json
 import sys
 
 from selenium import webdriver
+from selenium.common.exceptions import TimeoutException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.action_chains import ActionChains
 from selenium.webdriver.common.by import By
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 # Times a step from the call to every tile drawn, in the page's own clock.
 STEP = """
@@ -97,8 +98,15 @@ def main():
                   if (window.drivebusMap.selected || performance.now() - started > 10000) done(); else setTimeout(wait, 20);
                 })();""")
             result["selected"] = driver.execute_script("return window.drivebusMap.selected;")
-            popups = driver.find_elements(By.CSS_SELECTOR, ".leaflet-popup-content")
-            result["popup"] = popups[0].text if popups else None
+            # Leaflet fades a popup in, and WebDriver's text is only what is visible: wait for it.
+            def popup_text():
+                popups = driver.find_elements(By.CSS_SELECTOR, ".leaflet-popup-content")
+                return popups[0].text if popups else None
+            try:
+                WebDriverWait(driver, 5, poll_frequency=0.02).until(lambda _: popup_text())
+            except TimeoutException:
+                pass
+            result["popup"] = popup_text()
             # The picked trip's stretches over the speed limit, drawn in red (SVG paths).
             result["speeding_paths"] = len(driver.find_elements(By.CSS_SELECTOR, "path.speeding"))
 
