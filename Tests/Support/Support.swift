@@ -278,20 +278,43 @@ public func waitUntilCaughtUp(_ service: ServiceName, config: DrivebusConfig, wi
 /// A port nobody listens on right now.
 public func freePort() -> Int { freePorts(1)[0] }
 
-/// `count` distinct free ports: every socket stays bound until all are chosen, so the kernel
-/// cannot hand out one port twice.
+/// `count` distinct loopback ports for servers a test is about to start.
+///
+/// Not the kernel's choice of a free port: that comes from the ephemeral range, which every
+/// outgoing connection of the tests running in parallel draws from too, so one could take the
+/// port between this pick and the server's bind (and the server fail to start). These come
+/// from below that range, are checked free, and are never handed out twice in one run.
 public func freePorts(_ count: Int) -> [Int] {
-    let sockets = (0..<count).map { _ in socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0) }
-    defer { for fd in sockets { close(fd) } }
-    return sockets.map { fd in
+    var ports: [Int] = []
+    while ports.count < count {
+        let port = Int.random(in: TestPorts.range)
+        guard TestPorts.handedOut.withLock({ $0.insert(port).inserted }), TestPorts.canBind(port) else { continue }
+        ports.append(port)
+    }
+    return ports
+}
+
+private enum TestPorts {
+    static let handedOut = Mutex<Set<Int>>([])
+
+    /// The 12,000 ports below the ephemeral range (`ip_local_port_range`, 32768 by default), or
+    /// above it on a machine whose range starts low.
+    static let range: Range<Int> = {
+        let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
+        let bounds = text.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        let (low, high) = bounds.count == 2 ? (bounds[0], bounds[1]) : (32_768, 60_999)
+        return low >= 13_024 ? (low - 12_000)..<low : (high + 1)..<max(high + 2, 65_536)
+    }()
+
+    static func canBind(_ port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
         address.sin_addr.s_addr = inet_addr("127.0.0.1")
-        address.sin_port = 0
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } }
-        _ = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) } }
-        return Int(UInt16(bigEndian: address.sin_port))
+        address.sin_port = UInt16(port).bigEndian
+        let length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        return withUnsafePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) } } == 0
     }
 }
 

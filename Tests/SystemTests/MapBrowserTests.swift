@@ -24,7 +24,7 @@ import Testing
         let ingest = try Child("drivebus-ingest", ["--config", path])
         let stats = try Child("drivebus-stats", ["--config", path])
         defer { for child in [stats, ingest, bus] { child.signal(SIGKILL) } }
-        try await waitUntilLive(.stats, config: config)
+        try await waitUntilLive(.stats, config: config, child: stats)
 
         for (device, file) in [("car", "car_vienna_osm_1hz.gpx"), ("bus", "bus_liverpool_route14.csv")] {
             let imported = try await run("drivebus", ["import", "--config", path, "--device", device, fixtures.appendingPathComponent(file).path])

@@ -47,7 +47,7 @@ import Testing
         let ingest = try Child("drivebus-ingest", ["--config", path])
         var stats = try Child("drivebus-stats", ["--config", path])
         #expect(await eventually(within: .seconds(20)) { (try? await http("GET", "http://127.0.0.1:\(ingestPort)/healthz").status) == 200 })
-        try await waitUntilLive(.stats, config: config)
+        try await waitUntilLive(.stats, config: config, child: stats)
 
         let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
         let imported = try await run("drivebus", ["import", "--config", path, "--device", "car", gpx])
@@ -96,7 +96,7 @@ import Testing
         stats.signal(SIGKILL)
         _ = try await stats.exitStatus()
         stats = try Child("drivebus-stats", ["--config", path])
-        try await waitUntilLive(.stats, config: config)
+        try await waitUntilLive(.stats, config: config, child: stats)
         // Live means the journal's follower has caught up (its rows are stored up to 50 ms later;
         // these were stored before the kill); the HTTP listener may come a moment later.
         var again: (status: Int, body: String)?
