@@ -88,38 +88,40 @@ import Testing
     /// Numbers with few decimals are written without `description`: the text must be the very
     /// one it writes (Foundation's coders write that too), on the shapes phones send, on every
     /// magnitude, and on random bit patterns.
-    @Test func fewDecimalsAreWrittenAsDescriptionWritesThem() throws {
-        var generator = SystemRandomNumberGenerator()
-        var values: [Double] = [0.001, 0.0009999, 0.1, 0.3, 0.30000000000000004, 48.2082, -122.030581, 999_999_999.5, 1e9 + 0.5,
-                                123_456.789012345, 0.123456789, 0.1234567891, 5e-324, -0.0015, 1.0000000001, 2.675, 1.005,
-                                // Exactly between two decimals of as many places that both read back as it.
-                                8_388_608.0009765625, 67_108_864.001953125, 536_870_912.00390625, -8_388_608.0009765625]
-        // Phone-shaped: up to 9 decimals, at least 0.001 away from 0. Each must take the new path.
-        var phoneShaped: [Double] = []
-        for _ in 0..<100_000 {
-            let decimals = Int.random(in: 1...9, using: &generator)
-            // The double nearest to a decimal of that many places, as a phone's JSON gives it.
-            let digits = String(Int.random(in: 0..<Int(pow(10, Double(decimals))), using: &generator))
-            let text = "\(Int.random(in: -180...180, using: &generator)).\(String(repeating: "0", count: decimals - digits.count) + digits)"
-            let value = try #require(Double(text))
-            if value.magnitude >= 0.001 { phoneShaped.append(value) }
-            values.append(Double.random(in: 0.0001...1e10, using: &generator) * (Bool.random(using: &generator) ? 1 : -1))
-            values.append(pow(10, Double.random(in: -4...10, using: &generator)))
-            let bits = Double(bitPattern: UInt64.random(in: 0...UInt64.max, using: &generator))
-            if bits.isFinite { values.append(bits) }
+    @Test func fewDecimalsAreWrittenAsDescriptionWritesThem() async throws {
+        try await offThePool {
+            var generator = SystemRandomNumberGenerator()
+            var values: [Double] = [0.001, 0.0009999, 0.1, 0.3, 0.30000000000000004, 48.2082, -122.030581, 999_999_999.5, 1e9 + 0.5,
+                                    123_456.789012345, 0.123456789, 0.1234567891, 5e-324, -0.0015, 1.0000000001, 2.675, 1.005,
+                                    // Exactly between two decimals of as many places that both read back as it.
+                                    8_388_608.0009765625, 67_108_864.001953125, 536_870_912.00390625, -8_388_608.0009765625]
+            // Phone-shaped: up to 9 decimals, at least 0.001 away from 0. Each must take the new path.
+            var phoneShaped: [Double] = []
+            for _ in 0..<100_000 {
+                let decimals = Int.random(in: 1...9, using: &generator)
+                // The double nearest to a decimal of that many places, as a phone's JSON gives it.
+                let digits = String(Int.random(in: 0..<Int(pow(10, Double(decimals))), using: &generator))
+                let text = "\(Int.random(in: -180...180, using: &generator)).\(String(repeating: "0", count: decimals - digits.count) + digits)"
+                let value = try #require(Double(text))
+                if value.magnitude >= 0.001 { phoneShaped.append(value) }
+                values.append(Double.random(in: 0.0001...1e10, using: &generator) * (Bool.random(using: &generator) ? 1 : -1))
+                values.append(pow(10, Double.random(in: -4...10, using: &generator)))
+                let bits = Double(bitPattern: UInt64.random(in: 0...UInt64.max, using: &generator))
+                if bits.isFinite { values.append(bits) }
+            }
+            for value in values + phoneShaped {
+                var writer = JSONWriter()
+                writer.number(value)
+                let written = String(decoding: writer.bytes, as: UTF8.self)
+                let expected = value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : value.description
+                #expect(written == expected, "\(value.bitPattern)")
+            }
+            let slow = phoneShaped.filter { value in
+                var bytes: [UInt8] = []
+                return !bytes.appendFewDecimals(value)
+            }
+            #expect(slow.isEmpty, "\(slow.prefix(5))")
         }
-        for value in values + phoneShaped {
-            var writer = JSONWriter()
-            writer.number(value)
-            let written = String(decoding: writer.bytes, as: UTF8.self)
-            let expected = value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : value.description
-            #expect(written == expected, "\(value.bitPattern)")
-        }
-        let slow = phoneShaped.filter { value in
-            var bytes: [UInt8] = []
-            return !bytes.appendFewDecimals(value)
-        }
-        #expect(slow.isEmpty, "\(slow.prefix(5))")
     }
 
     @Test func keysMatchWhateverTheirLengthOrSpelling() throws {

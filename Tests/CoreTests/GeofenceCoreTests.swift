@@ -229,78 +229,80 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(geofenceRun(later, &engine).isEmpty)
     }
 
-    @Test func spatialIndexAgreesWithALinearScan() {
-        var random = SplitMix64(seed: 42)
-        var zones: [Zone] = []
-        for index in 0..<400 {
-            // Clustered around Riga, plus some on the antimeridian and one very large circle.
-            let nearDateline = index % 10 == 0
-            let center = nearDateline
-                ? Coordinate(lat: random.next(in: -17.2 ... -16.8), lon: random.next(in: 179.8...180.2) > 180 ? random.next(in: -180 ... -179.8) : random.next(in: 179.8...180))
-                : geofencePoint(random.next(in: -20_000...20_000), random.next(in: -20_000...20_000))
-            if index % 3 == 0 {
-                let projection = LocalProjection(origin: center)
-                let size = random.next(in: 50...800)
-                let vertices = (0..<Int(random.next(in: 3...9))).map { k -> Coordinate in
-                    let angle = Double(k) / 9 * 2 * .pi + random.next(in: 0...0.5)
-                    return projection.unproject(x: cos(angle) * size * random.next(in: 0.5...1), y: sin(angle) * size * random.next(in: 0.5...1))
+    @Test func spatialIndexAgreesWithALinearScan() async {
+        await offThePool {
+            var random = SplitMix64(seed: 42)
+            var zones: [Zone] = []
+            for index in 0..<400 {
+                // Clustered around Riga, plus some on the antimeridian and one very large circle.
+                let nearDateline = index % 10 == 0
+                let center = nearDateline
+                    ? Coordinate(lat: random.next(in: -17.2 ... -16.8), lon: random.next(in: 179.8...180.2) > 180 ? random.next(in: -180 ... -179.8) : random.next(in: 179.8...180))
+                    : geofencePoint(random.next(in: -20_000...20_000), random.next(in: -20_000...20_000))
+                if index % 3 == 0 {
+                    let projection = LocalProjection(origin: center)
+                    let size = random.next(in: 50...800)
+                    let vertices = (0..<Int(random.next(in: 3...9))).map { k -> Coordinate in
+                        let angle = Double(k) / 9 * 2 * .pi + random.next(in: 0...0.5)
+                        return projection.unproject(x: cos(angle) * size * random.next(in: 0.5...1), y: sin(angle) * size * random.next(in: 0.5...1))
+                    }
+                    zones.append(Zone(id: "p\(index)", shape: .polygon(vertices)))
+                } else {
+                    zones.append(Zone(id: "c\(index)", shape: .circle(center: center, radiusM: index == 1 ? 50_000 : random.next(in: 20...1500))))
                 }
-                zones.append(Zone(id: "p\(index)", shape: .polygon(vertices)))
-            } else {
-                zones.append(Zone(id: "c\(index)", shape: .circle(center: center, radiusM: index == 1 ? 50_000 : random.next(in: 20...1500))))
             }
-        }
-        let boxes = zones.map { zone -> GeoBox in
-            switch zone.shape {
-            case .circle(let center, let radiusM): GeoBox(around: center, radiusM: radiusM)
-            case .polygon(let vertices): GeoBox(around: GeoPolygon(vertices))
-            }
-        }
-        let polygons = zones.map { zone -> GeoPolygon? in
-            if case .polygon(let vertices) = zone.shape { GeoPolygon(vertices) } else { nil }
-        }
-        let index = ZoneIndex(boxes: boxes)
-        var candidates: [Int32] = []
-        for _ in 0..<5_000 {
-            let point = random.next(in: 0...1) < 0.2
-                ? Coordinate(lat: random.next(in: -17.3 ... -16.7), lon: random.next(in: 0...1) < 0.5 ? random.next(in: 179.7...180) : random.next(in: -180 ... -179.7))
-                : geofencePoint(random.next(in: -22_000...22_000), random.next(in: -22_000...22_000))
-            candidates.removeAll()
-            index.candidates(at: point, into: &candidates)
-            let linear = boxes.indices.filter { boxes[$0].contains(point) }
-            #expect(candidates.map(Int.init).sorted() == linear)
-            // The boxes really cover their zones.
-            for zone in zones.indices where !candidates.contains(Int32(zone)) {
-                let inside = switch zones[zone].shape {
-                case .circle(let center, let radiusM): Geo.distance(center, point) <= radiusM
-                case .polygon: polygons[zone]!.contains(point)
+            let boxes = zones.map { zone -> GeoBox in
+                switch zone.shape {
+                case .circle(let center, let radiusM): GeoBox(around: center, radiusM: radiusM)
+                case .polygon(let vertices): GeoBox(around: GeoPolygon(vertices))
                 }
-                #expect(!inside, "\(zones[zone].id) contains \(point) but its box does not")
             }
-        }
+            let polygons = zones.map { zone -> GeoPolygon? in
+                if case .polygon(let vertices) = zone.shape { GeoPolygon(vertices) } else { nil }
+            }
+            let index = ZoneIndex(boxes: boxes)
+            var candidates: [Int32] = []
+            for _ in 0..<5_000 {
+                let point = random.next(in: 0...1) < 0.2
+                    ? Coordinate(lat: random.next(in: -17.3 ... -16.7), lon: random.next(in: 0...1) < 0.5 ? random.next(in: 179.7...180) : random.next(in: -180 ... -179.7))
+                    : geofencePoint(random.next(in: -22_000...22_000), random.next(in: -22_000...22_000))
+                candidates.removeAll()
+                index.candidates(at: point, into: &candidates)
+                let linear = boxes.indices.filter { boxes[$0].contains(point) }
+                #expect(candidates.map(Int.init).sorted() == linear)
+                // The boxes really cover their zones.
+                for zone in zones.indices where !candidates.contains(Int32(zone)) {
+                    let inside = switch zones[zone].shape {
+                    case .circle(let center, let radiusM): Geo.distance(center, point) <= radiusM
+                    case .polygon: polygons[zone]!.contains(point)
+                    }
+                    #expect(!inside, "\(zones[zone].id) contains \(point) but its box does not")
+                }
+            }
 
-        // The engine gives the same outputs either way, for several devices wandering about.
-        let configuration = GeofenceConfiguration(zones: zones, minDwellS: 120)
-        var indexed = GeofenceEngine(configuration: configuration)
-        var linear = GeofenceEngine(configuration: configuration, spatialIndex: false)
-        var positions = [(0.0, 0.0), (5000.0, 5000.0), (-8000.0, 3000.0)]
-        var seq: UInt64 = 0
-        var transitions = 0
-        for second in 0..<3000 {
-            for (device, position) in positions.enumerated() {
-                seq += 1
-                let moved = (position.0 + random.next(in: -150...150), position.1 + random.next(in: -150...150))
-                positions[device] = moved
-                let point = geofencePoint(moved.0, moved.1)
-                let fix = Fix(seq: seq, device: "d\(device)", time: geofenceT0 + Double(second * 10), lat: point.lat, lon: point.lon,
-                              accuracyM: random.next(in: 0...60), source: .api)
-                let a = indexed.handle(.fix(fix, live: true), now: fix.time)
-                let b = linear.handle(.fix(fix, live: true), now: fix.time)
-                #expect(a == b)
-                transitions += a.count
+            // The engine gives the same outputs either way, for several devices wandering about.
+            let configuration = GeofenceConfiguration(zones: zones, minDwellS: 120)
+            var indexed = GeofenceEngine(configuration: configuration)
+            var linear = GeofenceEngine(configuration: configuration, spatialIndex: false)
+            var positions = [(0.0, 0.0), (5000.0, 5000.0), (-8000.0, 3000.0)]
+            var seq: UInt64 = 0
+            var transitions = 0
+            for second in 0..<3000 {
+                for (device, position) in positions.enumerated() {
+                    seq += 1
+                    let moved = (position.0 + random.next(in: -150...150), position.1 + random.next(in: -150...150))
+                    positions[device] = moved
+                    let point = geofencePoint(moved.0, moved.1)
+                    let fix = Fix(seq: seq, device: "d\(device)", time: geofenceT0 + Double(second * 10), lat: point.lat, lon: point.lon,
+                                  accuracyM: random.next(in: 0...60), source: .api)
+                    let a = indexed.handle(.fix(fix, live: true), now: fix.time)
+                    let b = linear.handle(.fix(fix, live: true), now: fix.time)
+                    #expect(a == b)
+                    transitions += a.count
+                }
             }
+            #expect(transitions > 100)
         }
-        #expect(transitions > 100)
     }
 }
 
@@ -466,20 +468,22 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         return feed
     }
 
-    @Test func aRestoredEngineContinuesExactlyLikeAnUninterruptedOne() throws {
-        let feed = Self.script()
-        var uninterrupted = GeofenceEngine(configuration: Self.configuration)
-        let expected = feed.inputs.map { uninterrupted.handle($0.input, now: $0.now) }
-        #expect(expected.joined().count > 10)
-        #expect(geofenceCalls(Array(expected.joined())).count == 4)
-        let finalState = try geofenceEncode(uninterrupted)
-        for split in stride(from: 0, through: feed.inputs.count, by: 7) {
-            var engine = GeofenceEngine(configuration: Self.configuration)
-            var outputs = feed.inputs[..<split].map { engine.handle($0.input, now: $0.now) }
-            engine = try geofenceRestore(try geofenceEncode(engine), Self.configuration)
-            outputs += feed.inputs[split...].map { engine.handle($0.input, now: $0.now) }
-            #expect(outputs == expected, "restored after \(split) inputs")
-            #expect(try geofenceEncode(engine) == finalState)
+    @Test func aRestoredEngineContinuesExactlyLikeAnUninterruptedOne() async throws {
+        try await offThePool {
+            let feed = Self.script()
+            var uninterrupted = GeofenceEngine(configuration: Self.configuration)
+            let expected = feed.inputs.map { uninterrupted.handle($0.input, now: $0.now) }
+            #expect(expected.joined().count > 10)
+            #expect(geofenceCalls(Array(expected.joined())).count == 4)
+            let finalState = try geofenceEncode(uninterrupted)
+            for split in stride(from: 0, through: feed.inputs.count, by: 7) {
+                var engine = GeofenceEngine(configuration: Self.configuration)
+                var outputs = feed.inputs[..<split].map { engine.handle($0.input, now: $0.now) }
+                engine = try geofenceRestore(try geofenceEncode(engine), Self.configuration)
+                outputs += feed.inputs[split...].map { engine.handle($0.input, now: $0.now) }
+                #expect(outputs == expected, "restored after \(split) inputs")
+                #expect(try geofenceEncode(engine) == finalState)
+            }
         }
     }
 

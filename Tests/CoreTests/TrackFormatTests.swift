@@ -348,79 +348,83 @@ func invalidUTF8GPX(in place: String) -> [UInt8] {
 
     // MARK: Streaming
 
-    @Test func aFileIsReadInPiecesNotWhole() throws {
-        let dir = TempDir()
-        var gpx = "<?xml version=\"1.0\"?>\n<gpx version=\"1.1\"><trk><name>long</name><trkseg>\n"
-        for index in 0..<100_000 {
-            gpx += "<trkpt lat=\"\(48 + Double(index % 1000) / 1e4)\" lon=\"16.3\"><time>2024-05-01T10:00:00Z</time></trkpt>\n"
-        }
-        gpx += "</trkseg></trk></gpx>\n"
-        let path = dir.file("long.gpx", gpx)
-        let csvPath = dir.file("long.csv", "time,lat,lon\n" + String(repeating: "2024-05-01T10:00:00Z,48.1,16.3\n", count: 100_000))
-        for (path, format) in [(path, TrackFormat.gpx), (csvPath, .csv)] {
-            let source = try FileByteSource(path: path)
-            let size = try #require(source.size)
-            #expect(size > 2_000_000)
-            let reader = TrackReader(format: format, source: source)
-            _ = try #require(try reader.nextPoint())
-            // One point read: the reader has taken only its first pieces of the file.
-            #expect(reader.bytesRead < 200_000, "\(format)")
-            var count = 1
-            var last: TrackReader.Point?
-            while let point = try reader.nextPoint() {
-                count += 1
-                last = point
+    @Test func aFileIsReadInPiecesNotWhole() async throws {
+        try await offThePool {
+            let dir = TempDir()
+            var gpx = "<?xml version=\"1.0\"?>\n<gpx version=\"1.1\"><trk><name>long</name><trkseg>\n"
+            for index in 0..<100_000 {
+                gpx += "<trkpt lat=\"\(48 + Double(index % 1000) / 1e4)\" lon=\"16.3\"><time>2024-05-01T10:00:00Z</time></trkpt>\n"
             }
-            #expect(count == 100_000)
-            // Line numbers past 65,535 (where libxml2 keeps them apart) are right too.
-            #expect(last?.location == (format == .gpx ? "trkpt 100000 (line 100002)" : "line 100001"))
-            #expect(reader.bytesRead == size)
+            gpx += "</trkseg></trk></gpx>\n"
+            let path = dir.file("long.gpx", gpx)
+            let csvPath = dir.file("long.csv", "time,lat,lon\n" + String(repeating: "2024-05-01T10:00:00Z,48.1,16.3\n", count: 100_000))
+            for (path, format) in [(path, TrackFormat.gpx), (csvPath, .csv)] {
+                let source = try FileByteSource(path: path)
+                let size = try #require(source.size)
+                #expect(size > 2_000_000)
+                let reader = TrackReader(format: format, source: source)
+                _ = try #require(try reader.nextPoint())
+                // One point read: the reader has taken only its first pieces of the file.
+                #expect(reader.bytesRead < 200_000, "\(format)")
+                var count = 1
+                var last: TrackReader.Point?
+                while let point = try reader.nextPoint() {
+                    count += 1
+                    last = point
+                }
+                #expect(count == 100_000)
+                // Line numbers past 65,535 (where libxml2 keeps them apart) are right too.
+                #expect(last?.location == (format == .gpx ? "trkpt 100000 (line 100002)" : "line 100001"))
+                #expect(reader.bytesRead == size)
+            }
+            // The import reader's streaming form.
+            let imported = TrackFiles.Reader(format: .gpx, source: try FileByteSource(path: path))
+            let first = try #require(try imported.next())
+            #expect(first == TrackPoint(time: date("2024-05-01T10:00:00Z"), lat: 48, lon: 16.3, location: "trkpt 1 (line 3)"))
+            #expect(throws: ByteSourceError.self) { try FileByteSource(path: dir.path + "/missing.gpx") }
         }
-        // The import reader's streaming form.
-        let imported = TrackFiles.Reader(format: .gpx, source: try FileByteSource(path: path))
-        let first = try #require(try imported.next())
-        #expect(first == TrackPoint(time: date("2024-05-01T10:00:00Z"), lat: 48, lon: 16.3, location: "trkpt 1 (line 3)"))
-        #expect(throws: ByteSourceError.self) { try FileByteSource(path: dir.path + "/missing.gpx") }
     }
 
     // MARK: Never a crash
 
     /// Seeded mutations of valid files (bit flips, bytes that are not UTF-8, truncation, huge
     /// numbers, deep nesting): each reads or throws a `TrackFormatError`, and the process lives.
-    @Test func mutatedFilesReadOrThrow() throws {
-        func lines(_ name: String) -> [Substring] { String(decoding: (try? fixture(name)) ?? Data(), as: UTF8.self).split(whereSeparator: \.isNewline) }
-        let samples: [(TrackFormat, [UInt8])] = [
-            (.gpx, Array((lines("car_vienna_osm_1hz.gpx").prefix(30) + ["</trkseg></trk></gpx>"]).joined(separator: "\n").utf8)),
-            (.csv, Array(lines("bus_liverpool_route14.csv").prefix(40).joined(separator: "\n").utf8)),
-            (.geoJSON, Array(#"{"type":"FeatureCollection","features":[{"type":"Feature","geometry":{"type":"LineString","coordinates":[[16.2,48.2,1],[16.3,48.3,2]]},"properties":{"name":"x","coordTimes":["2024-05-01T10:00:01Z",1714557602]}},{"type":"Feature","geometry":{"type":"Point","coordinates":[1,2]},"properties":{"time":"2024-05-01T10:00:00Z"}}]}"#.utf8)),
-        ]
-        let insertions: [[UInt8]] = [[0xFF, 0xFE], [0xC3], [0x00], Array("1e999".utf8), Array("NaN".utf8), Array("<a>".utf8), Array("&lol;".utf8), Array("\"".utf8), Array("[[[[".utf8), Array("-".utf8)]
-        var generator = SplitMix64(seed: 14)
-        var outcomes = (read: 0, refused: 0)
-        for (format, sample) in samples {
-            #expect(throws: Never.self) { try TrackReader(format: format, bytes: sample).readAll() }
-            for _ in 0..<400 {
-                var bytes = sample
-                switch generator.next() % 4 {
-                case 0:
-                    for _ in 0..<(1 + generator.next() % 4) {
-                        let index = Int(generator.next() % UInt64(bytes.count))
-                        bytes[index] ^= UInt8(1 << (generator.next() % 8))
+    @Test func mutatedFilesReadOrThrow() async throws {
+        try await offThePool {
+            func lines(_ name: String) -> [Substring] { String(decoding: (try? fixture(name)) ?? Data(), as: UTF8.self).split(whereSeparator: \.isNewline) }
+            let samples: [(TrackFormat, [UInt8])] = [
+                (.gpx, Array((lines("car_vienna_osm_1hz.gpx").prefix(30) + ["</trkseg></trk></gpx>"]).joined(separator: "\n").utf8)),
+                (.csv, Array(lines("bus_liverpool_route14.csv").prefix(40).joined(separator: "\n").utf8)),
+                (.geoJSON, Array(#"{"type":"FeatureCollection","features":[{"type":"Feature","geometry":{"type":"LineString","coordinates":[[16.2,48.2,1],[16.3,48.3,2]]},"properties":{"name":"x","coordTimes":["2024-05-01T10:00:01Z",1714557602]}},{"type":"Feature","geometry":{"type":"Point","coordinates":[1,2]},"properties":{"time":"2024-05-01T10:00:00Z"}}]}"#.utf8)),
+            ]
+            let insertions: [[UInt8]] = [[0xFF, 0xFE], [0xC3], [0x00], Array("1e999".utf8), Array("NaN".utf8), Array("<a>".utf8), Array("&lol;".utf8), Array("\"".utf8), Array("[[[[".utf8), Array("-".utf8)]
+            var generator = SplitMix64(seed: 14)
+            var outcomes = (read: 0, refused: 0)
+            for (format, sample) in samples {
+                #expect(throws: Never.self) { try TrackReader(format: format, bytes: sample).readAll() }
+                for _ in 0..<400 {
+                    var bytes = sample
+                    switch generator.next() % 4 {
+                    case 0:
+                        for _ in 0..<(1 + generator.next() % 4) {
+                            let index = Int(generator.next() % UInt64(bytes.count))
+                            bytes[index] ^= UInt8(1 << (generator.next() % 8))
+                        }
+                    case 1:
+                        bytes = Array(bytes.prefix(Int(generator.next() % UInt64(bytes.count))))
+                    default:
+                        let index = Int(generator.next() % UInt64(bytes.count + 1))
+                        bytes.insert(contentsOf: insertions[Int(generator.next() % UInt64(insertions.count))], at: index)
                     }
-                case 1:
-                    bytes = Array(bytes.prefix(Int(generator.next() % UInt64(bytes.count))))
-                default:
-                    let index = Int(generator.next() % UInt64(bytes.count + 1))
-                    bytes.insert(contentsOf: insertions[Int(generator.next() % UInt64(insertions.count))], at: index)
+                    switch events(format, bytes) {
+                    case .success: outcomes.read += 1
+                    case .failure: outcomes.refused += 1
+                    }
+                    _ = try? RouteRanking.read(bytes)
                 }
-                switch events(format, bytes) {
-                case .success: outcomes.read += 1
-                case .failure: outcomes.refused += 1
-                }
-                _ = try? RouteRanking.read(bytes)
             }
+            #expect(outcomes.read + outcomes.refused == 1200 && outcomes.refused > 200)
         }
-        #expect(outcomes.read + outcomes.refused == 1200 && outcomes.refused > 200)
     }
 
     @Test func formatsByNameAndFirstByte() {
