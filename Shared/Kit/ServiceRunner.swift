@@ -5,6 +5,7 @@ import DrivebusZMQ
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// What a service's executable receives once the kit has set up config, logging, the bus and its
 /// RPC socket.
@@ -54,6 +55,17 @@ public struct ServiceParts: Sendable {
             services: [consumer] + services, rpc: rpc.merging(consumer.events.rpc) { own, _ in own },
             lastSeq: { ["journal": consumer.lastSeq, "events": consumer.events.journal.lastSeq] }, ready: { consumer.isLive })
     }
+}
+
+/// A condition a service meets once and keeps, such as its HTTP listener being bound: until
+/// then `health` says `starting`, so that "ok" means a client can connect.
+public final class ReadyFlag: Sendable {
+    private let flag = Atomic<Bool>(false)
+
+    public init() {}
+
+    public func set() { flag.store(true, ordering: .releasing) }
+    public var isSet: Bool { flag.load(ordering: .acquiring) }
 }
 
 public enum RPC {

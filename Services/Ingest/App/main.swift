@@ -35,9 +35,11 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
         config: config, devices: config.devices(with: entries), latestDevices: { (try? registry.load()).map(config.devices(with:)) },
         tokenDigest: TokenDigest.sha256, journal: journal, arrivalOrder: arrivalOrder)
     let listen = config.ingest.listen
+    let listening = ReadyFlag()
     let http = Application(
         router: makeIngestRouter(handler: handler, maxBodyBytes: config.ingest.maxBodyBytes),
         configuration: .init(address: .hostname(listen.host, port: listen.port), serverName: "drivebus-ingest"),
+        onServerRunning: { _ in listening.set() },
         logger: logger
     )
     return ServiceParts(
@@ -48,6 +50,7 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
         ],
         rpc: IngestRPC(handler: handler, journal: journal).handlers,
         lastSeq: { ["journal": journal.lastSeq] },
+        ready: { listening.isSet },
         counters: { handler.droppedReadings.snapshot },
         ordered: (IngestRPC.ordered, arrivalOrder)
     )

@@ -22,6 +22,7 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
     let purge: @Sendable (DevicePurgeRequest) async throws(StatsError) -> [UInt8] = { request throws(StatsError) in
         try await purgeEverywhere(request, bus: context.bus, store: store)
     }
+    let listening = ReadyFlag()
     let http = Application(
         router: makeStatsRouter(store: store, configuration: .init(
             metrics: { metrics.text() }, costs: costs, ascentHysteresisM: config.trips.ascentHysteresisM,
@@ -32,9 +33,10 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
             devicePurge: config.stats.listen.isLoopback ? purge : nil,
             map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir))),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
+        onServerRunning: { _ in listening.set() },
         logger: context.logger
     )
-    return ServiceParts(services: [recorder, http], lastSeq: { ["journal": recorder.lastSeq] }, ready: { recorder.isLive })
+    return ServiceParts(services: [recorder, http], lastSeq: { ["journal": recorder.lastSeq] }, ready: { recorder.isLive && listening.isSet })
 }
 
 /// The config's devices and the registry's, read on a dispatch queue (a file read is not for the
