@@ -85,7 +85,7 @@ final class BenchSystem {
     init(services: [ServiceName], extraConfig: String, prepare: ((DrivebusConfig) async throws -> Void)? = nil) async throws {
         var template = Array("/tmp/dbb-XXXXXX".utf8CString)
         directory = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
-        // A port the kernel just said was free: a random one can be some connection's own.
+        // Outside the ephemeral range, so that no connection of ours can hold it first.
         port = freePort()
         let yaml = """
             state_dir: \(directory)/state

@@ -30,7 +30,7 @@ struct RestBench: AsyncParsableCommand {
 
     func run() async throws {
         let token = "bench-token-0123456789"
-        let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: \(token)}]")
+        let system = try await BenchSystem(services: ServiceName.standard, extraConfig: "devices: [{id: car, token: \(token)}]\nstats: {listen: \"127.0.0.1:\(freePort())\"}")
         defer { system.stop() }
         // Timed so that the live phase's fixes are the phone's latest, a few seconds old as sent.
         let now = Int(Date().timeIntervalSince1970)

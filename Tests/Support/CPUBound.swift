@@ -6,7 +6,8 @@ import Foundation
 /// system tests running beside it, whose waits have deadlines: under load, tests that take
 /// milliseconds alone waited 22 s for a turn, and a 20 s wait failed. The tests given to this
 /// executor take turns on its one thread, so together they never hold more than one core, and
-/// task-locals (the current test, for `#expect`) come along.
+/// task-locals (the current test, for `#expect`) come along. Only a nonisolated caller moves: a
+/// body isolated to an actor runs where that actor does.
 public func offThePool<T>(_ body: () async throws -> T) async rethrows -> T {
     try await withTaskExecutorPreference(CPUBoundExecutor.shared, operation: body)
 }
@@ -20,7 +21,7 @@ private final class CPUBoundExecutor: TaskExecutor, @unchecked Sendable {
     private init() {
         let thread = Thread { [unowned self] in self.run() }
         thread.name = "cpu-bound-tests"
-        thread.stackSize = 8 << 20
+        thread.stackSize = 8 << 20  // a cooperative thread's: the tests recurse as deep there
         thread.start()
     }
 

@@ -283,10 +283,13 @@ public func freePort() -> Int { freePorts(1)[0] }
 /// Not the kernel's choice of a free port: that comes from the ephemeral range, which every
 /// outgoing connection of the tests running in parallel draws from too, so one could take the
 /// port between this pick and the server's bind (and the server fail to start). These come
-/// from below that range, are checked free, and are never handed out twice in one run.
+/// from outside that range, are checked free, and are never handed out twice in one process.
 public func freePorts(_ count: Int) -> [Int] {
     var ports: [Int] = []
+    var attempts = 0
     while ports.count < count {
+        attempts += 1
+        precondition(attempts <= 10_000, "no free loopback port in \(TestPorts.range)")
         let port = Int.random(in: TestPorts.range)
         guard TestPorts.handedOut.withLock({ $0.insert(port).inserted }), TestPorts.canBind(port) else { continue }
         ports.append(port)
@@ -297,17 +300,22 @@ public func freePorts(_ count: Int) -> [Int] {
 private enum TestPorts {
     static let handedOut = Mutex<Set<Int>>([])
 
-    /// The 12,000 ports below the ephemeral range (`ip_local_port_range`, 32768 by default), or
-    /// above it on a machine whose range starts low.
+    /// Up to 12,000 ports in the wider of the gaps below and above the ephemeral range
+    /// (`ip_local_port_range`, 32768–60999 by default), above the privileged ports.
     static let range: Range<Int> = {
         let text = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8)) ?? ""
         let bounds = text.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
         let (low, high) = bounds.count == 2 ? (bounds[0], bounds[1]) : (32_768, 60_999)
-        return low >= 13_024 ? (low - 12_000)..<low : (high + 1)..<max(high + 2, 65_536)
+        let below = 1_024..<max(low, 1_024), above = min(high + 1, 65_536)..<65_536
+        let wider = below.count >= above.count ? below : above
+        precondition(wider.count >= 1_000, "the ephemeral range \(low)–\(high) leaves too few ports for the tests' servers")
+        return wider.count > 12_000 ? (wider.upperBound - 12_000)..<wider.upperBound : wider
     }()
 
+    /// Whether a server could bind the port now; a port that fails is never tried again.
     static func canBind(_ port: Int) -> Bool {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        precondition(fd >= 0, "socket() failed: errno \(errno)")
         defer { close(fd) }
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)

@@ -97,8 +97,8 @@ import Testing
         _ = try await stats.exitStatus()
         stats = try Child("drivebus-stats", ["--config", path])
         try await waitUntilLive(.stats, config: config, child: stats)
-        // Live means the journal's follower has caught up (its rows are stored up to 50 ms later;
-        // these were stored before the kill); the HTTP listener may come a moment later.
+        // Live means the journal's follower has caught up and the HTTP listener is bound (its rows
+        // are stored up to 50 ms later; these were stored before the kill).
         var again: (status: Int, body: String)?
         #expect(await eventually(within: .seconds(20)) {
             again = try? await http("GET", api + "/stats/daily?device=car&from=2021-11-03&to=2021-11-04")

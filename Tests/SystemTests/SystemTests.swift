@@ -7,7 +7,17 @@ import Testing
 /// Real executables on real ipc sockets in a temporary directory.
 @Suite(.serialized) struct SystemTests {
     func config(_ dir: TempDir, extra: String = "") -> (path: String, config: DrivebusConfig) {
-        let yaml = "state_dir: \(dir.path)/state\nheartbeat_interval_s: 0.5\nsupervisor: {restart_initial_s: 0.2}\n" + extra
+        // Ports of their own: `drivebus up` here must not need 5055 and 8091, which a drivebus
+        // running on the machine may hold.
+        let ports = freePorts(2)
+        let yaml = """
+            state_dir: \(dir.path)/state
+            heartbeat_interval_s: 0.5
+            supervisor: {restart_initial_s: 0.2}
+            ingest: {listen: "127.0.0.1:\(ports[0])"}
+            stats: {listen: "127.0.0.1:\(ports[1])"}
+
+            """ + extra
         return (dir.file("drivebus.yaml", yaml), try! DrivebusConfig.parse(yaml: yaml))
     }
 
@@ -76,7 +86,8 @@ import Testing
         // A setup with no device yet says how to add the first.
         #expect(up.stderr.contains("drivebus up: no phone can send yet") && up.stderr.contains("device add my-phone --app owntracks --config \(path)"))
 
-        // Services that replay the journal report `starting` until they are live.
+        // Services that replay the journal report `starting` until they are live, and ingest and
+        // stats until their HTTP listener is bound.
         var status = try await run("drivebus", ["status", "--config", path])
         _ = await eventually(within: .seconds(20)) {
             status = (try? await run("drivebus", ["status", "--config", path])) ?? status

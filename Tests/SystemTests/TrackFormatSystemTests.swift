@@ -35,10 +35,10 @@ import Testing
         // Stats follows ingest's journal: it is live once ingest is there.
         let ingest = try Child("drivebus-ingest", ["--config", path])
         let stats = try Child("drivebus-stats", ["--config", path])
-        try await waitUntilLive(.stats, config: config)
+        try await waitUntilLive(.stats, config: config, child: stats)
         let rank = "http://127.0.0.1:\(statsPort)/api/v1/routes/rank"
-        // Live means caught up with the journals; the HTTP listener may come a moment later.
-        #expect(await eventually(within: .seconds(20)) { (try? await http("GET", "http://127.0.0.1:\(statsPort)/metrics"))?.status == 200 })
+        // Live means caught up with the journals and listening.
+        #expect(try await http("GET", "http://127.0.0.1:\(statsPort)/metrics").status == 200)
 
         for place in ["element", "attribute"] {
             let answer = try await http("POST", rank, body: Data(Self.invalidUTF8GPX(in: place)), contentType: "application/gpx+xml")
