@@ -48,10 +48,12 @@ public struct CheckpointFile: Sendable {
 }
 
 /// How soon a state may be saved again after a save of `bytes`: not before `interval`, and no
-/// faster on average than `bytesPerSecond` (64 KiB/s by default). A state that holds whole open trips grows with the
+/// faster on average than `bytesPerSecond`. A state that holds whole open trips grows with the
 /// drive (1.4 MB after five hours of it): saved every second, that was 1.4 MB/s of writes and 3 %
-/// of a core, per service, for as long as the drive went on. A restart replays what came since
-/// the save, which is cheap.
+/// of a core, per service, for as long as the drive went on; at 64 KiB/s still 4 MB a minute,
+/// which a home server's SD card takes for every hour of driving. A restart replays what came
+/// since the save, which is cheap while a phone sends a fix a second; under a flood (an import)
+/// `maxMessagesBetweenSaves` bounds it.
 public struct CheckpointPacing: Sendable {
     /// A state this small is saved right after the events it produced, whatever the gap: it
     /// costs next to nothing, and it holds what must not be lost (a gate's cooldown).
@@ -59,13 +61,22 @@ public struct CheckpointPacing: Sendable {
 
     public var interval: Duration
     public var bytesPerSecond: Int
+    /// Messages applied since the last save that make the next one due whatever the gap.
+    public var maxMessagesBetweenSaves: UInt64
 
-    public init(interval: Duration = .seconds(1), bytesPerSecond: Int = 64 << 10) {
+    public init(interval: Duration = .seconds(1), bytesPerSecond: Int = 16 << 10, maxMessagesBetweenSaves: UInt64 = 200_000) {
         self.interval = interval
         self.bytesPerSecond = bytesPerSecond
+        self.maxMessagesBetweenSaves = maxMessagesBetweenSaves
     }
 
     public func gap(afterSaving bytes: Int) -> Duration {
         max(interval, .milliseconds(Int64(bytes) * 1000 / Int64(max(bytesPerSecond, 1))))
+    }
+
+    /// Whether a save is due `since` the last one, which asked for `gap`, with `messages`
+    /// applied meanwhile.
+    public func isDue(since: Duration, gap: Duration, messages: UInt64) -> Bool {
+        since >= gap || messages >= maxMessagesBetweenSaves
     }
 }

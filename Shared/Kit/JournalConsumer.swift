@@ -260,7 +260,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 guard unjournaled.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else { return nil }
                 let count = changes.load(ordering: .relaxed)
                 let tickedSince = ticked.load(ordering: .relaxed)
-                let due = (count != last.changes && (force || prompt || since >= last.gap))
+                let due = (count != last.changes && (force || prompt || pacing.isDue(since: since, gap: last.gap, messages: count - last.changes)))
                     || (tickedSince && (force || since >= idleCheckpointInterval))
                 guard due else { return nil }
                 ticked.store(false, ordering: .relaxed)

@@ -271,12 +271,21 @@ import Testing
 
 @Suite struct CheckpointPacingTests {
     @Test func aSmallStateIsSavedEachIntervalALargeOneAtTheByteRate() {
-        let pacing = CheckpointPacing()  // 1 s, 64 KiB/s
+        let pacing = CheckpointPacing()  // 1 s, 16 KiB/s, 200,000 messages
         #expect(pacing.gap(afterSaving: 0) == .seconds(1))
-        #expect(pacing.gap(afterSaving: 65_536) == .seconds(1))
-        #expect(pacing.gap(afterSaving: 131_072) == .seconds(2))
+        #expect(pacing.gap(afterSaving: 16_384) == .seconds(1))
+        #expect(pacing.gap(afterSaving: 32_768) == .seconds(2))
         // Five hours of one open trip in the trips service's checkpoint.
-        #expect(pacing.gap(afterSaving: 1_383_220) == .milliseconds(21_106))
+        #expect(pacing.gap(afterSaving: 1_383_220) == .milliseconds(84_425))
         #expect(CheckpointPacing(interval: .seconds(5), bytesPerSecond: 1_000_000).gap(afterSaving: 2_000_000) == .seconds(5))
+    }
+
+    @Test func aFloodMakesASaveDueBeforeItsGap() {
+        let pacing = CheckpointPacing()
+        let gap = pacing.gap(afterSaving: 1_383_220)
+        #expect(!pacing.isDue(since: .seconds(84), gap: gap, messages: 84))
+        #expect(pacing.isDue(since: .milliseconds(84_425), gap: gap, messages: 84))
+        #expect(!pacing.isDue(since: .seconds(3), gap: gap, messages: 199_999))
+        #expect(pacing.isDue(since: .seconds(3), gap: gap, messages: 200_000))
     }
 }
