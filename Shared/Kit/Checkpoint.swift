@@ -74,9 +74,8 @@ public struct CheckpointPacing: Sendable {
         max(interval, .milliseconds(Int64(bytes) * 1000 / Int64(max(bytesPerSecond, 1))))
     }
 
-    /// Whether a save is due `since` the last one, which asked for `gap`, with `messages`
-    /// applied meanwhile.
-    public func isDue(since: Duration, gap: Duration, messages: UInt64) -> Bool {
-        since >= gap || messages >= maxMessagesBetweenSaves
+    /// Whether a save is due `since` the last one, of `bytes`, with `messages` applied meanwhile.
+    public func isDue(since: Duration, afterSaving bytes: Int, messages: UInt64) -> Bool {
+        since >= gap(afterSaving: bytes) || messages >= maxMessagesBetweenSaves
     }
 }

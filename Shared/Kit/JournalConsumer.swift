@@ -63,9 +63,9 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     private let changes = Atomic<UInt64>(0)
     /// A tick ran since the last checkpoint (it may have changed the state without an event).
     private let ticked = Atomic<Bool>(false)
-    /// What the last checkpoint held, when it was taken, its size and the gap it asks for before
-    /// the next. Written on the checkpoint queue; read there and by `apply`.
-    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant, bytes: Int, gap: Duration)>
+    /// What the last checkpoint held, when it was taken and its size (which sets the gap before
+    /// the next). Written on the checkpoint queue; read there and by `apply`.
+    private let lastSave: Mutex<(changes: UInt64, at: ContinuousClock.Instant, bytes: Int)>
     private let pacing: CheckpointPacing
     private let idleCheckpointInterval: Duration
     private let tickStateMatters: @Sendable (Core) -> Bool
@@ -101,7 +101,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         self.checkpointInterval = checkpointInterval
         self.idleCheckpointInterval = idleCheckpointInterval
         pacing = CheckpointPacing(interval: checkpointInterval)
-        lastSave = Mutex((changes: 0, at: .now, bytes: 0, gap: checkpointInterval))
+        lastSave = Mutex((changes: 0, at: .now, bytes: 0))
         self.tickStateMatters = tickStateMatters
         seq.store(restored?.lastSeq ?? 0, ordering: .relaxed)
         if let restored { context.logger.info("checkpoint restored", metadata: ["last_seq": "\(restored.lastSeq)"]) }
@@ -207,7 +207,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         // to redo (a gate's cooldown, recorded with its firing, is not lost to a crash). A large
         // state waits for its gap: under a flood every few messages derive a score, and each save
         // encodes the whole state (open trips, the scorer's history), which kept a core busy.
-        if !events.isEmpty, lastSave.withLock({ $0.bytes <= CheckpointPacing.promptBytes || $0.at.duration(to: .now) >= $0.gap }) {
+        if !events.isEmpty, lastSave.withLock({ $0.bytes <= CheckpointPacing.promptBytes || $0.at.duration(to: .now) >= pacing.gap(afterSaving: $0.bytes) }) {
             saveCheckpoint(prompt: true)
         }
     }
@@ -260,7 +260,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 guard unjournaled.load(ordering: .relaxed) == 0, !poisoned.load(ordering: .relaxed) else { return nil }
                 let count = changes.load(ordering: .relaxed)
                 let tickedSince = ticked.load(ordering: .relaxed)
-                let due = (count != last.changes && (force || prompt || pacing.isDue(since: since, gap: last.gap, messages: count - last.changes)))
+                let due = (count != last.changes && (force || prompt || pacing.isDue(since: since, afterSaving: last.bytes, messages: count - last.changes)))
                     || (tickedSince && (force || since >= idleCheckpointInterval))
                 guard due else { return nil }
                 ticked.store(false, ordering: .relaxed)
@@ -268,7 +268,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
             }) else { return }
             do {
                 let bytes = try checkpoint.save(snapshot)
-                lastSave.withLock { $0 = (count, started, bytes, pacing.gap(afterSaving: bytes)) }
+                lastSave.withLock { $0 = (count, started, bytes) }
             } catch {
                 ticked.store(true, ordering: .relaxed)  // what the ticks changed is still unsaved
                 context.logger.error("checkpoint not saved: \(error)")

@@ -282,10 +282,9 @@ import Testing
 
     @Test func aFloodMakesASaveDueBeforeItsGap() {
         let pacing = CheckpointPacing()
-        let gap = pacing.gap(afterSaving: 1_383_220)
-        #expect(!pacing.isDue(since: .seconds(84), gap: gap, messages: 84))
-        #expect(pacing.isDue(since: .milliseconds(84_425), gap: gap, messages: 84))
-        #expect(!pacing.isDue(since: .seconds(3), gap: gap, messages: 199_999))
-        #expect(pacing.isDue(since: .seconds(3), gap: gap, messages: 200_000))
+        #expect(!pacing.isDue(since: .seconds(84), afterSaving: 1_383_220, messages: 84))
+        #expect(pacing.isDue(since: .milliseconds(84_425), afterSaving: 1_383_220, messages: 84))
+        #expect(!pacing.isDue(since: .seconds(3), afterSaving: 1_383_220, messages: 199_999))
+        #expect(pacing.isDue(since: .seconds(3), afterSaving: 1_383_220, messages: 200_000))
     }
 }

@@ -34,9 +34,9 @@ final class StatsRecorder: Service, Sendable {
     private let seq = Atomic<UInt64>(0)
     private let journalLive = Atomic<Bool>(false)
     private let derivations: Mutex<StatsDerivations>
-    /// When the derivations were last encoded, how long to wait after that save, and the
-    /// journal messages derived since.
-    private let lastStateSave = Mutex((at: ContinuousClock.now, gap: Duration.seconds(1), messages: UInt64(0)))
+    /// When the derivations were last saved, the bytes that save wrote (which set the gap before
+    /// the next), and the journal messages derived since.
+    private let lastStateSave = Mutex((at: ContinuousClock.now, bytes: 0, messages: UInt64(0)))
     private let statePacing = CheckpointPacing()
     private let tripsConfiguration: TripsConfiguration
     private let scorerConfiguration: ScorerConfiguration
@@ -197,10 +197,10 @@ final class StatsRecorder: Service, Sendable {
         // large state less often (`CheckpointPacing`).
         let state: (seq: UInt64, data: Data)? = lastStateSave.withLock { saved in
             saved.messages += UInt64(messages.count)
-            guard statePacing.isDue(since: saved.at.duration(to: .now), gap: saved.gap, messages: saved.messages),
+            guard statePacing.isDue(since: saved.at.duration(to: .now), afterSaving: saved.bytes, messages: saved.messages),
                   let data = derivations.withLock({ try? JSONEncoder().encode($0) }) else { return nil }
             // SQLite writes the state twice: into its log, then into the database.
-            saved = (.now, statePacing.gap(afterSaving: 2 * data.count), 0)
+            saved = (.now, 2 * data.count, 0)
             return (last, data)
         }
         let waiting = pending.withLock { pending in
