@@ -21,8 +21,8 @@ public final class BusClient: Sendable {
     public func makePublisher(source: String) async throws -> Publisher {
         // A publisher's queue absorbs bursts (an Overland batch of 1,000 fixes) while the broker
         // catches up; linger lets the last messages out at shutdown.
-        let socket = try await loop.openSocket(.pub, connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
-        return Publisher(source: source, loop: loop, socket: socket)
+        let socket = try await loop.openSendingSocket(.pub, connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
+        return Publisher(source: source, socket: socket)
     }
 
     /// Waits until the broker has handed `publisher` the subscriptions it holds, and says whether
@@ -138,8 +138,7 @@ public final class Publisher: Sendable {
     /// This run's identity: a new epoch restarts `seq` at 1.
     public let epoch: String
     private let run = UInt64.random(in: 0...UInt64.max)
-    private let loop: ZMQLoop
-    private let socket: ZMQLoop.SocketID
+    private let socket: ZMQSendingSocket
     private let state = Mutex(State())
 
     private struct State {
@@ -147,13 +146,14 @@ public final class Publisher: Sendable {
         /// The last topic published, validated and encoded: a journal's records come in runs of
         /// one type and device.
         var topic: (type: String, device: String?, bytes: [UInt8])?
+        /// The header frame, written afresh for each message into the same storage.
+        var header: [UInt8] = []
     }
 
-    /// Publishes on `socket`, a PUB socket owned by `loop`.
-    public init(source: String, loop: ZMQLoop, socket: ZMQLoop.SocketID) {
+    /// Publishes on `socket`, a PUB socket.
+    public init(source: String, socket: ZMQSendingSocket) {
         self.source = source
         self.epoch = UUID().uuidString.lowercased()
-        self.loop = loop
         self.socket = socket
     }
 
@@ -186,7 +186,7 @@ public final class Publisher: Sendable {
         if let id, !id.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
             throw PublishError.encoding("event id must be printable ASCII without quotes")
         }
-        // Numbering and queueing happen under one lock so that seq order is send order.
+        // Numbering and sending happen under one lock so that seq order is send order.
         return try state.withLock { state throws(PublishError) in
             let topic: [UInt8]
             if let last = state.topic, last.type == type, last.device == device {
@@ -201,7 +201,15 @@ public final class Publisher: Sendable {
             let header = EnvelopeHeader(
                 id: id ?? EventID.make(run: run, seq: state.seq), type: type, source: source, seq: state.seq, epoch: epoch, time: time,
                 logSeq: logSeq)
-            loop.send([topic, header.encoded(), payloadJSON], on: socket)
+            state.header.removeAll(keepingCapacity: true)
+            header.write(to: &state.header)
+            // A PUB never blocks and never refuses a frame: at its high-water mark it drops the
+            // message, as the bus does under load (subscribers see the gap in seq and replay).
+            socket.withSocket { socket in
+                _ = try? socket.send(frame: topic, more: true)
+                _ = try? socket.send(frame: state.header, more: true)
+                _ = try? socket.send(frame: payloadJSON, more: false)
+            }
             return header
         }
     }

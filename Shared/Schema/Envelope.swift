@@ -45,6 +45,12 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
     public func encoded() -> [UInt8] {
         var out = [UInt8]()
         out.reserveCapacity(160 + type.utf8.count)
+        write(to: &out)
+        return out
+    }
+
+    /// Appends the encoding to `out`: a publisher reuses one buffer for every header.
+    public func write(to out: inout [UInt8]) {
         out.append(contentsOf: #"{"v":"#.utf8)
         out.appendDecimal(Int64(v))
         out.append(contentsOf: #","id":""#.utf8)
@@ -65,7 +71,6 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
             out.appendDecimal(logSeq)
         }
         out.append(UInt8(ascii: "}"))
-        return out
     }
 }
 

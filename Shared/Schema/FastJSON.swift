@@ -162,12 +162,17 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
         return withUnsafeBytes(of: &packed) { raw in String(decoding: raw.prefix(count), as: UTF8.self) }
     }
 
-    /// Lets `switch key { case "lat": … }` compare bytes: a length check, then two words.
+    /// Lets `switch key { case "lat": … }` compare bytes: a length check, then byte by byte
+    /// until the first that differs, usually the first or second (`lat`, `lon`, `seq`).
     public static func ~= (pattern: StaticString, key: JSONKey) -> Bool {
         guard pattern.utf8CodeUnitCount == key.count else { return false }
         let literal = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
         if let long = key.long { return long.utf8.elementsEqual(literal) }
-        return pack(literal) == (key.low, key.high)
+        var packed = (key.low, key.high)
+        return withUnsafeBytes(of: &packed) { stored in
+            for offset in 0..<literal.count where stored[offset] != literal[offset] { return false }
+            return true
+        }
     }
 }
 

@@ -44,6 +44,27 @@ extension ZMQLoop {
         }
     }
 
+    /// Opens a socket that callers send on directly from any thread (see `ZMQSendingSocket`):
+    /// for PUB sockets. It is made and attached on the I/O thread, and closed when the loop stops.
+    public func openSendingSocket(
+        _ type: ZMQSocketType,
+        bind endpoint: ZMQEndpoint? = nil,
+        connect remote: ZMQEndpoint? = nil,
+        lingerMilliseconds: Int32 = 0,
+        highWaterMark: Int32? = nil
+    ) async throws -> ZMQSendingSocket {
+        try await perform { io in
+            let socket = try ZMQSocket(io.context, type, lingerMilliseconds: lingerMilliseconds)
+            if let highWaterMark { try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark) }
+            if let curve = (endpoint ?? remote)?.curve { try socket.setCurve(curve) }
+            if let endpoint { try socket.bind(endpoint.address) }
+            if let remote { try socket.connect(remote.address) }
+            let sending = ZMQSendingSocket(socket)
+            io.closeWhenStopping(sending)
+            return sending
+        }
+    }
+
     /// Subscribes to `prefixes` at `endpoint` (an XPUB or PUB) and yields what arrives, in
     /// batches: one batch is everything the I/O thread drained in one go (at most 1,024
     /// messages), which spares the consumer a task switch per message.

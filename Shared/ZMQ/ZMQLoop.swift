@@ -209,6 +209,8 @@ public final class ZMQLoop: Sendable {
         }
 
         private var entries: [SocketID: Entry] = [:]
+        /// Sockets that other threads send on; the loop only closes them.
+        private var sendingSockets: [ZMQSendingSocket] = []
         private var nextID = 0
         /// A heap: every request leaves its timeout here until it is due, a busy replaying
         /// consumer hundreds, and the loop asks for the earliest on every poll.
@@ -234,6 +236,8 @@ public final class ZMQLoop: Sendable {
         }
 
         public func socket(_ id: SocketID) -> ZMQSocket? { entries[id]?.socket }
+
+        func closeWhenStopping(_ socket: ZMQSendingSocket) { sendingSockets.append(socket) }
 
         public func close(_ id: SocketID) {
             guard let entry = entries.removeValue(forKey: id) else { return }
@@ -283,6 +287,8 @@ public final class ZMQLoop: Sendable {
 
         fileprivate func closeAll() {
             for id in Array(entries.keys) { close(id) }
+            for socket in sendingSockets { socket.close() }
+            sendingSockets = []
             timers = Heap()
         }
     }

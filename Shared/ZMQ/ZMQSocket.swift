@@ -170,6 +170,15 @@ public final class ZMQSocket {
         }
     }
 
+    /// Sends one frame; `more` marks that further frames of the same message follow.
+    @discardableResult
+    public func send(frame: [UInt8], more: Bool, dontWait: Bool = true) throws(ZMQError) -> Bool {
+        let handle = try open("zmq_send")
+        var flags = dontWait ? ZMQ_DONTWAIT : 0
+        if more { flags |= ZMQ_SNDMORE }
+        return try sendFrame(handle, frame, flags)
+    }
+
     private func sendFrame(_ handle: UnsafeMutableRawPointer, _ frame: [UInt8], _ flags: Int32) throws(ZMQError) -> Bool {
         while true {
             let rc = frame.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) }

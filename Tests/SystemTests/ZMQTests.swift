@@ -79,6 +79,62 @@ struct Messages {
         await loop.shutdown()
     }
 
+    /// A publisher's socket is sent on by whichever task publishes, not by its loop's thread: many
+    /// tasks at once must still put out whole messages, numbered in the order they were sent; and
+    /// once the loop has stopped (and closed the socket) a publish drops its message quietly.
+    @Test func publishersOnManyTasksSendWholeMessagesInSeqOrder() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/publisher")
+        let publisherLoop = ZMQLoop(name: "pub")
+        let subscriberLoop = ZMQLoop(name: "sub")
+        let publisher = Publisher(source: "test", socket: try await publisherLoop.openSendingSocket(.pub, bind: endpoint, highWaterMark: 0))
+        var messages = BusSubscription(
+            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        ).makeAsyncIterator()
+        let probing = Task {
+            while !Task.isCancelled {
+                _ = try? publisher.publish("probe", payload: RPCEmpty())
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        _ = await messages.next()
+        probing.cancel()
+        _ = await probing.value
+        let firstSeq = publisher.lastSeq + 1
+
+        let tasks = 4, each = 500
+        let start = Date(timeIntervalSince1970: 1_763_700_000)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for task in 0..<tasks {
+                group.addTask {
+                    for index in 0..<each {
+                        let fix = Fix(seq: UInt64(index + 1), device: "car\(task)", time: start.addingTimeInterval(Double(index)), lat: 48, lon: 16, source: .api)
+                        try publisher.publish("fix", device: "car\(task)", payload: fix)
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+        var nextSeq = firstSeq
+        var nextFix = [UInt64](repeating: 1, count: tasks)
+        while nextSeq < firstSeq + UInt64(tasks * each), let message = await messages.next() {
+            guard message.header.seq >= firstSeq else { continue }  // a probe still in flight
+            #expect(message.header.seq == nextSeq)
+            nextSeq = message.header.seq + 1
+            let fix = try message.decode(Fix.self)
+            #expect(message.topic == "fix.\(fix.device)")
+            let task = try #require(Int(fix.device.dropFirst(3)))
+            #expect(fix.seq == nextFix[task])
+            nextFix[task] += 1
+        }
+        #expect(nextFix == [UInt64](repeating: UInt64(each + 1), count: tasks))
+
+        await publisherLoop.shutdown()
+        let after = try publisher.publish("fix", device: "car0", payload: RPCEmpty())
+        #expect(after.seq == firstSeq + UInt64(tasks * each))
+        await subscriberLoop.shutdown()
+    }
+
     /// A server on an ipc socket that answers every request with `answer(body)`, and a client
     /// loop for `body`; both shut down after.
     func withServer(answering answer: @escaping @Sendable ([UInt8]) -> [UInt8], _ body: (ZMQLoop, ZMQEndpoint) async throws -> Void) async throws {
