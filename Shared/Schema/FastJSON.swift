@@ -162,13 +162,17 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
         return withUnsafeBytes(of: &packed) { raw in String(decoding: raw.prefix(count), as: UTF8.self) }
     }
 
-    /// Lets `switch key { case "lat": … }` compare bytes: a length check, then byte by byte
-    /// until the first that differs, usually the first or second (`lat`, `lon`, `seq`).
+    /// Lets `switch key { case "lat": … }` compare bytes: a length check, inlined into the
+    /// switch since most cases fail it, then byte by byte until the first that differs.
+    @inline(__always)
     public static func ~= (pattern: StaticString, key: JSONKey) -> Bool {
-        guard pattern.utf8CodeUnitCount == key.count else { return false }
+        pattern.utf8CodeUnitCount == key.count && key.hasBytes(of: pattern)
+    }
+
+    private func hasBytes(of pattern: StaticString) -> Bool {
         let literal = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
-        if let long = key.long { return long.utf8.elementsEqual(literal) }
-        var packed = (key.low, key.high)
+        if let long { return long.utf8.elementsEqual(literal) }
+        var packed = (low, high)
         return withUnsafeBytes(of: &packed) { stored in
             for offset in 0..<literal.count where stored[offset] != literal[offset] { return false }
             return true
@@ -245,22 +249,29 @@ public struct JSONReader {
     private mutating func scanString() throws(Failure) -> (start: Int, end: Int, plain: Bool) {
         try expect(UInt8(ascii: "\""))
         let start = index
-        var plain = true
-        while index < bytes.count {
-            let byte = bytes[index]
-            if byte == UInt8(ascii: "\"") {
-                index += 1
-                return (start, index - 1, plain)
+        // The loop runs over every byte of every string on the bus: through the buffer, whose
+        // `while` condition is the only bounds check.
+        let (end, plain, control) = bytes.withUnsafeBufferPointer { buffer in
+            var position = start
+            var plain = true
+            while position < buffer.count {
+                let byte = buffer[position]
+                if byte == UInt8(ascii: "\"") { return (position, plain, false) }
+                if byte == UInt8(ascii: "\\") {
+                    plain = false
+                    position += 2
+                    continue
+                }
+                if byte < 0x20 { return (position, plain, true) }
+                position += 1
             }
-            if byte == UInt8(ascii: "\\") {
-                plain = false
-                index += 2
-                continue
-            }
-            guard byte >= 0x20 else { throw failure("control character in string") }
-            index += 1
+            return (buffer.count, plain, false)
         }
-        throw failure("unterminated string")
+        index = end
+        guard !control else { throw failure("control character in string") }
+        guard end < bytes.count else { throw failure("unterminated string") }
+        index += 1
+        return (start, end, plain)
     }
 
     /// Rare: let Foundation handle escapes, including surrogate pairs.

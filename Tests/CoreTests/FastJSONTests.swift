@@ -50,6 +50,11 @@ import Testing
         (#"{"device":"car","lat":1,"lon":2,"source":"api","time":"2025-01-02T03:04:05Z"} x"#, "unexpected data after the JSON value"),
         (#"{"device":"car","lat":1,"lon":2"#, "unterminated object"),
         (#"{"device":tru,"lat":1}"#, "device: expected \""),
+        (#"{"device":"car"#, "device: unterminated string"),
+        (#"{"device":"car\"#, "device: unterminated string"),
+        (#"{"device":"car\","#, "device: unterminated string"),
+        ("{\"device\":\"c\tar\",\"lat\":1}", "device: control character in string"),
+        (#"{"device":"car","lat":1,"lon":2,"source":"api","time":"2025-01-02T03:04:05Z","meta":{"a\"b":"x"#, #"a"b: unterminated string"#),
     ])
     func readerNamesTheFieldInErrors(_ json: String, _ expected: String) {
         #expect(throws: JSONReader.Failure.self) { try BusJSON.decode(Fix.self, from: Array(json.utf8)) }
