@@ -157,7 +157,7 @@ struct BusBench: AsyncParsableCommand {
     private func envelopeCase(endpoint: String) async throws -> Double {
         let publisherLoop = ZMQLoop(name: "bench-pub")
         let subscriberLoop = ZMQLoop(name: "bench-sub")
-        let socket = try await publisherLoop.openSendingSocket(.pub, bind: ZMQEndpoint(endpoint), highWaterMark: 0)
+        let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
         let publisher = Publisher(source: "ingest", socket: socket)
         let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
         var messages = BusSubscription(batches: batches).makeAsyncIterator()

@@ -21,7 +21,7 @@ public final class BusClient: Sendable {
     public func makePublisher(source: String) async throws -> Publisher {
         // A publisher's queue absorbs bursts (an Overland batch of 1,000 fixes) while the broker
         // catches up; linger lets the last messages out at shutdown.
-        let socket = try await loop.openSendingSocket(.pub, connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
+        let socket = try await loop.openPublishingSocket(connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
         return Publisher(source: source, socket: socket)
     }
 

@@ -158,8 +158,10 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
 
     public var description: String {
         if let long { return long }
-        var packed = (low, high)
-        return withUnsafeBytes(of: &packed) { raw in String(decoding: raw.prefix(count), as: UTF8.self) }
+        // `pack` puts byte i at bits 8i: memory order once the words are little-endian (a no-op
+        // on the machines we run on).
+        var words = (low.littleEndian, high.littleEndian)
+        return withUnsafeBytes(of: &words) { String(decoding: $0.prefix(count), as: UTF8.self) }
     }
 
     /// Lets `switch key { case "lat": … }` compare bytes: a length check, inlined into the
@@ -172,8 +174,8 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
     private func hasBytes(of pattern: StaticString) -> Bool {
         let literal = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
         if let long { return long.utf8.elementsEqual(literal) }
-        var packed = (low, high)
-        return withUnsafeBytes(of: &packed) { stored in
+        var words = (low.littleEndian, high.littleEndian)  // in key order, as in `description`
+        return withUnsafeBytes(of: &words) { stored in
             for offset in 0..<literal.count where stored[offset] != literal[offset] { return false }
             return true
         }

@@ -44,17 +44,18 @@ extension ZMQLoop {
         }
     }
 
-    /// Opens a socket that callers send on directly from any thread (see `ZMQSendingSocket`):
-    /// for PUB sockets. It is made and attached on the I/O thread, and closed when the loop stops.
-    public func openSendingSocket(
-        _ type: ZMQSocketType,
+    /// Opens a PUB socket that callers send on directly from any thread (see `ZMQSendingSocket`).
+    /// Only a PUB: it never blocks and never takes part of a message (at its high-water mark it
+    /// drops the whole message). It is made and attached on the I/O thread, and closed when the
+    /// loop stops.
+    public func openPublishingSocket(
         bind endpoint: ZMQEndpoint? = nil,
         connect remote: ZMQEndpoint? = nil,
         lingerMilliseconds: Int32 = 0,
         highWaterMark: Int32? = nil
     ) async throws -> ZMQSendingSocket {
         try await perform { io in
-            let socket = try ZMQSocket(io.context, type, lingerMilliseconds: lingerMilliseconds)
+            let socket = try ZMQSocket(io.context, .pub, lingerMilliseconds: lingerMilliseconds)
             if let highWaterMark { try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark) }
             if let curve = (endpoint ?? remote)?.curve { try socket.setCurve(curve) }
             if let endpoint { try socket.bind(endpoint.address) }

@@ -9,7 +9,9 @@ import Synchronization
 /// libzmq sockets are not thread-safe, and their blocking calls must never run on Swift's
 /// cooperative pool. So every socket lives on this dedicated thread, which waits in `zmq_poll`
 /// on its sockets and on an eventfd. Async code talks to it by queueing commands (`perform`,
-/// `send`), and receives messages through `AsyncStream`s fed from this thread.
+/// `send`), and receives messages through `AsyncStream`s fed from this thread. The exception is
+/// a publisher's PUB socket (`openPublishingSocket`), which never blocks and is never polled:
+/// callers send on it themselves under its lock, and the loop only closes it.
 public final class ZMQLoop: Sendable {
     public struct SocketID: Hashable, Sendable {
         let raw: Int

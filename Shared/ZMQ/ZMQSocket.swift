@@ -41,7 +41,8 @@ public enum CurveRole: Sendable, Equatable {
 }
 
 /// A libzmq socket. Like the libzmq socket it wraps, it is not thread-safe: create it, use it and
-/// close it on one thread (a `ZMQLoop`'s I/O thread, or a benchmark's own thread).
+/// close it on one thread (a `ZMQLoop`'s I/O thread, or a benchmark's own thread), or hand it
+/// between threads only across a lock (`ZMQSendingSocket`).
 public final class ZMQSocket {
     public let type: ZMQSocketType
     /// The last endpoint bound or connected, for error messages.
@@ -197,6 +198,7 @@ public final class ZMQSocket {
     public func receive(dontWait: Bool = true) throws(ZMQError) -> ZMQMessage? {
         let handle = try open("zmq_msg_recv")
         var frames: ZMQMessage = []
+        frames.reserveCapacity(4)  // a bus message has three frames, a request three or four: one allocation
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }

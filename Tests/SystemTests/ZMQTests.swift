@@ -82,12 +82,12 @@ struct Messages {
     /// A publisher's socket is sent on by whichever task publishes, not by its loop's thread: many
     /// tasks at once must still put out whole messages, numbered in the order they were sent; and
     /// once the loop has stopped (and closed the socket) a publish drops its message quietly.
-    @Test func publishersOnManyTasksSendWholeMessagesInSeqOrder() async throws {
+    @Test(.timeLimit(.minutes(1))) func publishersOnManyTasksSendWholeMessagesInSeqOrder() async throws {
         let dir = TempDir()
         let endpoint = ZMQEndpoint("ipc://\(dir.path)/publisher")
         let publisherLoop = ZMQLoop(name: "pub")
         let subscriberLoop = ZMQLoop(name: "sub")
-        let publisher = Publisher(source: "test", socket: try await publisherLoop.openSendingSocket(.pub, bind: endpoint, highWaterMark: 0))
+        let publisher = Publisher(source: "test", socket: try await publisherLoop.openPublishingSocket(bind: endpoint, highWaterMark: 0))
         var messages = BusSubscription(
             batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
         ).makeAsyncIterator()
