@@ -1,6 +1,7 @@
 import ArgumentParser
 import CZMQ
 import DrivebusKit
+import DrivebusTestSupport
 import Foundation
 import Synchronization
 
@@ -161,15 +162,7 @@ struct BusBench: AsyncParsableCommand {
         let publisher = Publisher(source: "ingest", socket: socket)
         let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
         var messages = BusSubscription(batches: batches).makeAsyncIterator()
-        let probing = Task {
-            while !Task.isCancelled {
-                _ = try? publisher.publish("probe", payload: RPCEmpty())
-                try? await Task.sleep(for: .milliseconds(1))
-            }
-        }
-        _ = await messages.next()
-        probing.cancel()
-        _ = await probing.value
+        await awaitProbe(from: publisher, on: &messages)
         publisher.publishMarker()
         while let message = await messages.next(), message.topic != "fix.marker" {}
 

@@ -34,14 +34,25 @@ extension ZMQLoop {
         configure: (@Sendable (ZMQSocket) throws -> Void)? = nil
     ) async throws -> SocketID {
         try await perform { io in
-            let socket = try ZMQSocket(io.context, type, lingerMilliseconds: lingerMilliseconds)
-            if let highWaterMark { try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark) }
-            try configure?(socket)
-            if let curve = (endpoint ?? remote)?.curve { try socket.setCurve(curve) }
-            if let endpoint { try socket.bind(endpoint.address) }
-            if let remote { try socket.connect(remote.address) }
+            let socket = try Self.makeSocket(
+                io, type, bind: endpoint, connect: remote, lingerMilliseconds: lingerMilliseconds, highWaterMark: highWaterMark,
+                configure: configure)
             return io.register(socket)
         }
+    }
+
+    /// Makes a socket on the I/O thread: options first, then CURVE, then bind or connect.
+    private static func makeSocket(
+        _ io: IO, _ type: ZMQSocketType, bind endpoint: ZMQEndpoint?, connect remote: ZMQEndpoint?, lingerMilliseconds: Int32,
+        highWaterMark: Int32?, configure: (@Sendable (ZMQSocket) throws -> Void)? = nil
+    ) throws -> sending ZMQSocket {
+        let socket = try ZMQSocket(io.context, type, lingerMilliseconds: lingerMilliseconds)
+        if let highWaterMark { try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark) }
+        try configure?(socket)
+        if let curve = (endpoint ?? remote)?.curve { try socket.setCurve(curve) }
+        if let endpoint { try socket.bind(endpoint.address) }
+        if let remote { try socket.connect(remote.address) }
+        return socket
     }
 
     /// Opens a PUB socket that callers send on directly from any thread (see `ZMQSendingSocket`).
@@ -55,11 +66,8 @@ extension ZMQLoop {
         highWaterMark: Int32? = nil
     ) async throws -> ZMQSendingSocket {
         try await perform { io in
-            let socket = try ZMQSocket(io.context, .pub, lingerMilliseconds: lingerMilliseconds)
-            if let highWaterMark { try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark) }
-            if let curve = (endpoint ?? remote)?.curve { try socket.setCurve(curve) }
-            if let endpoint { try socket.bind(endpoint.address) }
-            if let remote { try socket.connect(remote.address) }
+            let socket = try Self.makeSocket(
+                io, .pub, bind: endpoint, connect: remote, lingerMilliseconds: lingerMilliseconds, highWaterMark: highWaterMark)
             let sending = ZMQSendingSocket(socket)
             io.closeWhenStopping(sending)
             return sending

@@ -171,13 +171,13 @@ public final class ZMQSocket {
         }
     }
 
-    /// Sends one frame; `more` marks that further frames of the same message follow.
+    /// The same for a frame in an array.
     @discardableResult
     public func send(frame: [UInt8], more: Bool, dontWait: Bool = true) throws(ZMQError) -> Bool {
-        let handle = try open("zmq_send")
-        var flags = dontWait ? ZMQ_DONTWAIT : 0
-        if more { flags |= ZMQ_SNDMORE }
-        return try sendFrame(handle, frame, flags)
+        // `withUnsafeBytes` rethrows untyped errors; the `Result` keeps the type.
+        try frame.withUnsafeBytes { bytes in
+            Result { () throws(ZMQError) in try send(frame: bytes, more: more, dontWait: dontWait) }
+        }.get()
     }
 
     private func sendFrame(_ handle: UnsafeMutableRawPointer, _ frame: [UInt8], _ flags: Int32) throws(ZMQError) -> Bool {

@@ -359,6 +359,20 @@ public func next(
     return found
 }
 
+/// Publishes `probe` on `publisher` until `iterator`, subscribed to `probe` too, yields a message:
+/// a SUB receives only once its subscription has reached the PUB ("slow joiner").
+public func awaitProbe(from publisher: Publisher, on iterator: inout BusSubscription.AsyncIterator) async {
+    let probing = Task {
+        while !Task.isCancelled {
+            _ = try? publisher.publish("probe", payload: RPCEmpty())
+            try? await Task.sleep(for: .milliseconds(10))
+        }
+    }
+    _ = await iterator.next()
+    probing.cancel()
+    _ = await probing.value
+}
+
 /// Subscribes to `prefixes` and waits for a heartbeat from each of `services`, so that what they
 /// publish from now on arrives. The heartbeat prefixes go last: once a heartbeat arrives, that
 /// service's publisher has the earlier prefixes too (as long as nobody else subscribed to those

@@ -91,15 +91,7 @@ struct Messages {
         var messages = BusSubscription(
             batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
         ).makeAsyncIterator()
-        let probing = Task {
-            while !Task.isCancelled {
-                _ = try? publisher.publish("probe", payload: RPCEmpty())
-                try? await Task.sleep(for: .milliseconds(10))
-            }
-        }
-        _ = await messages.next()
-        probing.cancel()
-        _ = await probing.value
+        await awaitProbe(from: publisher, on: &messages)
         let firstSeq = publisher.lastSeq + 1
 
         let tasks = 4, each = 500
