@@ -85,7 +85,7 @@ let package = Package(
         .target(name: "DrivebusSchema", path: "Shared/Schema"),
         .target(name: "DrivebusSettings", dependencies: [yams, logging], path: "Shared/Settings"),
         // Append-only files: the ingest journal and every service's log of derived events.
-        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", "CLibZ", deque], path: "Shared/Journal"),
+        .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", "CLibZ", "CDrivebusSupport", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
         // Posted speed limits of roads: the on-disk index, and matching a drive to its roads.
         .target(name: "DrivebusRoadLimits", dependencies: ["CLibZ"], path: "Shared/RoadLimits"),
@@ -173,7 +173,7 @@ let package = Package(
         .testTarget(
             name: "CoreTests",
             dependencies: [
-                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
+                "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "CDrivebusSupport", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
                 "IngestCore", "CheckoutCore", "DrivebusQRCode", "MQTTCore", "DrivebusOSM", "DrivebusRoadLimits",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

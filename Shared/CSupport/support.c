@@ -2,10 +2,12 @@
 #include "drivebus_support.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 // Written in C because only async-signal-safe calls may run between fork and exec in a
@@ -53,4 +55,12 @@ int drivebus_eventfd_drain(int fd) {
         n = read(fd, &value, sizeof value);
     } while (n < 0 && errno == EINTR);
     return (n == sizeof value || (n < 0 && errno == EAGAIN)) ? 0 : -1;
+}
+
+int drivebus_thread_in_background(void) {
+    struct sched_param none = {0};
+    int scheduled = sched_setscheduler(0, SCHED_IDLE, &none);
+    // ioprio_set has no glibc wrapper: class IDLE (3) in the top bits, `who` 0 the calling thread.
+    int disk = (int)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 3 << 13);
+    return scheduled == 0 && disk == 0 ? 0 : -1;
 }

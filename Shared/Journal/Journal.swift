@@ -187,6 +187,8 @@ public final class Journal: Sendable {
     private let writer: WriterState
     private let publish: Publish
     private let stopped = DispatchSemaphore(value: 0)
+    /// Ends of the writer's commits, for a rewrite in the background to sync between them.
+    let commitEnds = CommitEnds()
 
     /// Opens (or creates) the journal in the directory `path`: reads the sealed segments'
     /// indexes (rebuilding any that is missing or damaged) and the active segment, and cuts off
@@ -542,7 +544,10 @@ public final class Journal: Sendable {
                 wake.wait()
                 continue
             }
-            if !batches.isEmpty { commit(batches) }
+            if !batches.isEmpty {
+                commit(batches)
+                commitEnds.signal()
+            }
             if closed && batches.isEmpty { break }
         }
         stopped.signal()

@@ -1,6 +1,8 @@
+import CDrivebusSupport
 import DrivebusSchema
 import Foundation
 import Glibc
+import Synchronization
 
 /// What stands in a rewritten segment for a removed record: a record of the same seq, so that
 /// seqs stay gapless and every consumer's position stays valid. Topic `removed.<device>`,
@@ -81,32 +83,39 @@ extension Journal {
         }
         if activeMayHold { try await sealActive() }
         let result: Result<RemovalReport, Failure> = await withCheckedContinuation { continuation in
-            Self.removals.async {
-                // Behind ingest's own work on the CPU: this thread at a lower priority (nice 10;
-                // on Linux `who` 0 is the calling thread) while it rewrites, and back after (the
-                // queue's threads are shared).
-                setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 10)
-                defer { setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 0) }
-                continuation.resume(returning: Result { () throws(Failure) -> RemovalReport in try self.rewriteSealed(removal) })
+            // A thread of its own, off Swift's cooperative pool (it reads and writes whole
+            // segments), that runs only when ingest and everything else leave the CPU and the
+            // disk idle. Both settings stay with the thread, which ends with the removal.
+            let thread = Thread { [self] in
+                _ = drivebus_thread_in_background()
+                Self.oneRemovalAtATime.withLock { _ in
+                    continuation.resume(returning: Result { () throws(Failure) -> RemovalReport in try self.rewriteSealed(removal) })
+                }
             }
+            thread.name = "journal removal"
+            thread.start()
         }
         return try result.get()
     }
 
-    /// One removal at a time, off Swift's cooperative pool: it reads and writes whole segments.
-    private static let removals = DispatchQueue(label: "drivebus.journal.removal")
+    /// One removal at a time in the process: two would only compete for the same disk.
+    private static let oneRemovalAtATime = Mutex<Void>(())
 
     private func rewriteSealed(_ removal: Removal) throws(Failure) -> RemovalReport {
         let (low, high) = (DedupKey.milliseconds(removal.from), DedupKey.milliseconds(removal.to))
         let deviceHash = removal.device.map(DedupKey.deviceHash)
         var report = RemovalReport()
+        let pacing = Pacing(commitEnds: commitEnds)
+        // Kept from segment to segment: allocating and freeing 64 MB for each kept a core
+        // busy for milliseconds in the kernel (see `Pacing`).
+        var buffers = (input: [UInt8](), output: [UInt8]())
         let candidates = segments.withLock { $0.sealed.filter { $0.index.header.overlaps(low, high) }.map(\.firstSeq) }
         for firstSeq in candidates {
             guard let segment = try segments.withLock({ segments throws(Failure) -> OpenSegment? in
                 try segments.sealed.first { $0.firstSeq == firstSeq }.map { sealed throws(Failure) in try OpenSegment(sealed) }
             }), let index = segment.index else { continue }
             if let deviceHash, try index.records(deviceHash: deviceHash, from: low, to: high, fd: segment.indexFD).isEmpty { continue }
-            if let removed = try rewrite(segment, index: index, removal: removal) {
+            if let removed = try rewrite(segment, index: index, removal: removal, pacing: pacing, buffers: &buffers) {
                 report.records += removed.records
                 report.segments += 1
                 report.bytesBefore += index.header.segmentBytes
@@ -118,17 +127,24 @@ extension Journal {
 
     /// Writes the segment again with the named records replaced, and its index, then puts both
     /// in place. Nil when no record matched.
-    private func rewrite(_ segment: OpenSegment, index: SegmentIndex, removal: Removal) throws(Failure) -> (records: Int, bytes: Int64)? {
+    private func rewrite(
+        _ segment: OpenSegment, index: SegmentIndex, removal: Removal, pacing: Pacing, buffers: inout (input: [UInt8], output: [UInt8])
+    ) throws(Failure) -> (records: Int, bytes: Int64)? {
         let (low, high) = (DedupKey.milliseconds(removal.from), DedupKey.milliseconds(removal.to))
         let header = index.header
         let offsets = try index.offsets(first: 0, count: header.count, fd: segment.indexFD)
-        let bytes = try SegmentIndex.read(segment.segmentFD, at: 0, count: Int(header.segmentBytes), path: segment.path)
-        var output: [UInt8] = []
+        try SegmentIndex.read(segment.segmentFD, at: 0, count: Int(header.segmentBytes), path: segment.path, into: &buffers.input)
+        let bytes = buffers.input
+        var output = buffers.output
+        buffers.output = []
+        defer { buffers.output = output }
+        output.removeAll(keepingCapacity: true)
         output.reserveCapacity(bytes.count)
         var contents = SegmentIndex.Contents()
         contents.offsets.reserveCapacity(header.count)
         var removed = 0
         for record in 0..<header.count {
+            if record % 64 == 0 { pacing.breathe() }
             let found = bytes.withUnsafeBytes { raw in RecordFormat.record(UnsafeRawBufferPointer(rebasing: raw[Int(offsets[record])..<Int(offsets[record + 1])])) }
             guard var (topic, payload) = found else { throw .corrupt("\(segment.path): the record at byte \(offsets[record]) fails its checksum") }
             let seq = header.firstSeq + UInt64(record)
@@ -149,13 +165,13 @@ extension Journal {
         guard removed > 0 else { return nil }
 
         let rewrittenSegment = segment.path + ".rewrite", rewrittenIndex = index.path + ".rewrite"
-        try Self.writeSynced(output, to: rewrittenSegment, paced: true)
-        try SegmentIndex.write(path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), contents: contents, paced: true)
+        try Self.writeSynced(output, to: rewrittenSegment, pacing: pacing)
+        try SegmentIndex.write(path: rewrittenIndex, firstSeq: header.firstSeq, segmentBytes: Int64(output.count), contents: contents, pacing: pacing)
         // Both renames and the new index under the lock: a reader opens a segment's files under
         // it too, so it reads either the old pair or the new one.
         var newIndex = try SegmentIndex(path: rewrittenIndex)
         newIndex.path = index.path
-        if options.rewritePause > .zero { Thread.sleep(forTimeInterval: Double(options.rewritePause.components.seconds) + Double(options.rewritePause.components.attoseconds) / 1e18) }
+        if options.rewritePause > .zero { Thread.sleep(forTimeInterval: options.rewritePause.inSeconds) }
         // Segment first, then index: a crash between the two leaves `X.idx.rewrite` alone, and
         // start-up completes the job with it (`removeLeftovers`).
         try segments.withLock { segments throws(Failure) in
@@ -166,6 +182,7 @@ extension Journal {
                 segments.sealed[position] = Sealed(path: segment.path, index: newIndex)
             }
         }
+        pacing.awaitTurn()
         syncDirectory(of: segment.path)
         return (removed, Int64(output.count))
     }
@@ -178,27 +195,60 @@ extension Journal {
         return nil
     }
 
-    /// Writes and syncs a file. `paced` (for rewrites in the background, never on the writer
-    /// thread) writes it in pieces of 512 KB, each synced and followed by as long again idle:
-    /// ingest's own syncs then wait behind half a megabyte, not a whole segment (append p99 while
-    /// compacting 8.9–10.9 ms unpaced, 4.7–5.5 ms paced, in `drivebus-bench journal`).
-    static func writeSynced(_ bytes: [UInt8], to path: String, paced: Bool = false) throws(Failure) {
+    /// How a rewrite in the background shares the machine with ingest. It works in slices of
+    /// `slice`, each followed by `restPerWork` times as long idle, so that it never keeps both
+    /// cores of a small machine busy: on this 2-core VM, with both busy (even at SCHED_IDLE),
+    /// the hypervisor served the disk late and ingest's syncs took 2–4 ms instead of 0.4. It
+    /// writes files in pieces, each synced just after one of the writer's commits (or once the
+    /// writer has had nothing to commit for `patience`): each sync flushes the disk's cache,
+    /// ingest's syncs wait behind any flush under way, and timed into the gap between two
+    /// commits the rewrite's flush is usually done before the next commit needs the disk.
+    final class Pacing {
+        let commitEnds: CommitEnds
+        let syncBytes = 512 << 10
+        let writeBytes = 64 << 10
+        let patience: Duration = .milliseconds(20)
+        let slice: Duration = .microseconds(500)
+        let restPerWork = 3
+        private var sliceStarted = ContinuousClock.now
+
+        init(commitEnds: CommitEnds) { self.commitEnds = commitEnds }
+
+        /// Rests when the current slice of work is used up.
+        func breathe() {
+            let worked = sliceStarted.duration(to: .now)
+            guard worked >= slice else { return }
+            Thread.sleep(forTimeInterval: (worked * restPerWork).inSeconds)
+            sliceStarted = .now
+        }
+
+        func awaitTurn() { commitEnds.awaitNext(patience: patience) }
+    }
+
+    /// Writes and syncs a file: at once, or `pacing` it (for rewrites in the background, never
+    /// on the writer thread).
+    static func writeSynced(_ bytes: [UInt8], to path: String, pacing: Pacing? = nil) throws(Failure) {
         let fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .io("cannot create \(path): \(String(cString: strerror(errno)))") }
         defer { close(fd) }
-        let piece = paced ? 512 << 10 : max(bytes.count, 1)
+        // Paced, each write() is short too: the kernel copies it without yielding the CPU.
+        let piece = pacing?.writeBytes ?? max(bytes.count, 1)
+        var unsynced = 0
         for start in stride(from: 0, to: bytes.count, by: piece) {
             let end = min(start + piece, bytes.count)
             if let error = bytes.withUnsafeBytes({ writeFully(fd, UnsafeRawBufferPointer(rebasing: $0[start..<end])) }) {
                 throw .io("cannot write \(path): \(String(cString: strerror(error)))")
             }
-            if paced && end < bytes.count {
-                let started = ContinuousClock.now
+            guard let pacing, end < bytes.count else { continue }
+            unsynced += end - start
+            if unsynced >= pacing.syncBytes {
+                pacing.awaitTurn()
                 guard fdatasync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
-                let took = started.duration(to: .now)
-                Thread.sleep(forTimeInterval: Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)
+                unsynced = 0
             }
+            pacing.breathe()
         }
+        pacing?.awaitTurn()
         guard fsync(fd) == 0 else { throw .io("cannot sync \(path): \(String(cString: strerror(errno)))") }
     }
 
@@ -219,5 +269,29 @@ extension Journal {
             unlink(directory + "/" + name)
         }
         syncDirectory(of: directory + "/")
+    }
+}
+
+/// The ends of the journal writer's commits, for a thread that wants the disk between them.
+final class CommitEnds: @unchecked Sendable {
+    // NSCondition: its waiters are threads of their own (a rewrite), never Swift's pool.
+    private let condition = NSCondition()
+    private var count: UInt64 = 0
+
+    /// The writer has finished a commit (written, synced and answered).
+    func signal() {
+        condition.lock()
+        count &+= 1
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Returns when the writer next finishes a commit, or after `patience` if it does not.
+    func awaitNext(patience: Duration) {
+        let deadline = Date().addingTimeInterval(patience.inSeconds)
+        condition.lock()
+        defer { condition.unlock() }
+        let seen = count
+        while count == seen && condition.wait(until: deadline) {}
     }
 }

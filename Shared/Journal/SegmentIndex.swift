@@ -93,9 +93,9 @@ struct SegmentIndex: Sendable {
     // MARK: Writing
 
     /// Writes the index of a segment: to a `.partial` file, synced, then renamed over `path`.
-    /// `paced`: see `Journal.writeSynced`.
-    static func write(path: String, firstSeq: UInt64, segmentBytes: Int64, contents: Contents, paced: Bool = false) throws(Journal.Failure) {
-        try write(path: path, firstSeq: firstSeq, segmentBytes: segmentBytes, offsets: contents.offsets, keys: contents.keys, entries: contents.entries, paced: paced)
+    /// `pacing`: see `Journal.writeSynced`.
+    static func write(path: String, firstSeq: UInt64, segmentBytes: Int64, contents: Contents, pacing: Journal.Pacing? = nil) throws(Journal.Failure) {
+        try write(path: path, firstSeq: firstSeq, segmentBytes: segmentBytes, offsets: contents.offsets, keys: contents.keys, entries: contents.entries, pacing: pacing)
     }
 
     /// The same from the parts, `keys` in any order: the active segment's seal passes its key
@@ -103,7 +103,7 @@ struct SegmentIndex: Sendable {
     /// must be (the whole index was built twice over: 40 MB at a seal of 180,000 records).
     static func write(
         path: String, firstSeq: UInt64, segmentBytes: Int64, offsets: [Int64], keys: some Collection<DedupKey>,
-        entries: [DeviceEntry], paced: Bool = false
+        entries: [DeviceEntry], pacing: Journal.Pacing? = nil
     ) throws(Journal.Failure) {
         var digests = keys.map(\.digest)
         digests.sort()
@@ -151,8 +151,9 @@ struct SegmentIndex: Sendable {
         bytes.replaceSubrange(0..<headerBytes, with: encode(header, fencesCRC: fencesCRC, restCRC: restCRC))
 
         let partial = path + ".partial"
-        try Journal.writeSynced(bytes, to: partial, paced: paced)
+        try Journal.writeSynced(bytes, to: partial, pacing: pacing)
         guard rename(partial, path) == 0 else { throw .io("cannot put \(path) in place: \(String(cString: strerror(errno)))") }
+        pacing?.awaitTurn()
         syncDirectory(of: path)
     }
 
@@ -272,15 +273,23 @@ struct SegmentIndex: Sendable {
     }
 
     static func read(_ fd: Int32, at offset: Int, count: Int, path: String) throws(Journal.Failure) -> [UInt8] {
-        var bytes = [UInt8](repeating: 0, count: count)
+        var bytes: [UInt8] = []
+        try read(fd, at: offset, count: count, path: path, into: &bytes)
+        return bytes
+    }
+
+    /// Reads into `bytes`, which it resizes to `count` (its storage is reused when large enough).
+    static func read(_ fd: Int32, at offset: Int, count: Int, path: String, into bytes: inout [UInt8]) throws(Journal.Failure) {
+        if bytes.count > count { bytes.removeLast(bytes.count - count) } else { bytes.append(contentsOf: repeatElement(0, count: count - bytes.count)) }
         var done = 0
         while done < count {
-            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, count - done, off_t(offset + done)) }
+            // At most 1 MB a call: this kernel copies from the page cache without yielding the
+            // CPU, and a whole segment (2–3 ms) held back ingest's writer waiting for that core.
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, min(count - done, 1 << 20), off_t(offset + done)) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw .io("cannot read \(path) at byte \(offset + done): \(n < 0 ? String(cString: strerror(errno)) : "it ends there")") }
             done += n
         }
-        return bytes
     }
 }
 

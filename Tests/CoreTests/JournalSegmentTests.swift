@@ -1,7 +1,9 @@
+import CDrivebusSupport
 @testable import DrivebusJournal
 import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
+import Synchronization
 import Testing
 
 /// The journal in segments: sealed ones are known by their index files, the active one is read
@@ -342,5 +344,51 @@ import Testing
         #expect(try reopened.replay(fromSeq: 1, limit: 1000) == written)
         #expect(try FileManager.default.contentsOfDirectory(atPath: path).allSatisfy { $0.hasSuffix(".seg") || $0.hasSuffix(".idx") })
         reopened.shutdown()
+    }
+}
+
+/// How a removal's rewrite stays out of ingest's way (`Journal.Pacing`).
+@Suite struct JournalPacingTests {
+    /// Runs `body` on a thread of its own (it blocks) and returns what it returned.
+    func onThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in Thread { continuation.resume(returning: body()) }.start() }
+    }
+
+    /// Waiting far longer than the test may run, only the end of a commit can let it go.
+    @Test(.timeLimit(.minutes(1))) func aBackgroundSyncGoesRightAfterTheWritersNextCommit() async throws {
+        let ends = CommitEnds()
+        let waiting = Task { await onThread { ends.awaitNext(patience: .seconds(3600)) } }
+        let returned = Atomic<Bool>(false)
+        Task {
+            await waiting.value
+            returned.store(true, ordering: .relaxed)
+        }
+        // Signalled until the waiter is through: a signal before it began waiting does not count.
+        let deadline = ContinuousClock.now + .seconds(30)
+        while !returned.load(ordering: .relaxed) && ContinuousClock.now < deadline {
+            ends.signal()
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        let wentAfterACommit = returned.load(ordering: .relaxed)
+        #expect(wentAfterACommit)
+    }
+
+    /// With the writer idle, nothing ends a commit: the wait ends after its patience.
+    @Test(.timeLimit(.minutes(1))) func withTheWriterIdleTheSyncGoesAfterItsPatience() async {
+        let ends = CommitEnds()
+        let started = ContinuousClock.now
+        await onThread { ends.awaitNext(patience: .milliseconds(20)) }
+        #expect(started.duration(to: .now) >= .milliseconds(20))
+    }
+
+    /// The rewrite's thread runs only when nothing else wants the CPU.
+    @Test func aRewritesThreadRunsAtIdlePriority() async {
+        let policies = await onThread { () -> (before: Int32, after: Int32) in
+            let before = sched_getscheduler(0)
+            _ = drivebus_thread_in_background()
+            return (before, sched_getscheduler(0))
+        }
+        #expect(policies.before == SCHED_OTHER)
+        #expect(policies.after == 5)  // SCHED_IDLE, which Glibc's module does not export
     }
 }

@@ -16,4 +16,10 @@ int drivebus_eventfd_signal(int fd);
 /// Resets the eventfd counter to zero. Returns 0 on success or when it was already zero.
 int drivebus_eventfd_drain(int fd);
 
+/// Puts the calling thread behind all other work, for jobs that may take as long as they like:
+/// the CPU only when nothing else wants it (SCHED_IDLE) and the disk likewise (the idle I/O
+/// class). Neither can be undone without privileges, so only for a thread that ends with its
+/// job. Returns 0, or -1 with errno set when either could not be set.
+int drivebus_thread_in_background(void);
+
 #endif
