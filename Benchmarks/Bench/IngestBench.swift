@@ -97,9 +97,7 @@ final class BenchSystem {
         try yaml.write(toFile: path, atomically: true, encoding: .utf8)
         config = try DrivebusConfig.parse(yaml: yaml)
         try await prepare?(config)
-        for service in services {
-            processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", path]))
-        }
+        for service in services { try launch(service) }
         // A service that exited (a port taken, a bad config), or never answers, would otherwise be
         // waited for forever.
         let started = ContinuousClock.now
@@ -131,6 +129,11 @@ final class BenchSystem {
             throw error
         }
         await client.shutdown()
+    }
+
+    /// Starts one more service on the same config, without waiting for it.
+    func launch(_ service: ServiceName) throws {
+        processes.append(try Process.run(URL(fileURLWithPath: Self.binDirectory + "/" + service.executable), arguments: ["--config", configPath]))
     }
 
     /// Where drivebus-bench is, and the executables built with it.

@@ -11,6 +11,7 @@ import StatsStore
 ///   subscriber hands them over), with `synchronous=FULL` and `NORMAL`; fixes/s.
 /// - `stats map`: `map.geojson` and `map.svg` for 533 trips whose `trip.ended` tracks hold
 ///   480,000 points in all (unsimplified, the worst case); milliseconds each.
+/// - `stats store live` and `stats catch-up`: the real bus, ingest and stats (below).
 struct StatsBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "stats", abstract: "Measure storing fixes and drawing the map of all drives.")
 
@@ -26,44 +27,77 @@ struct StatsBench: AsyncParsableCommand {
     @Option(help: "Trips for the map.")
     var trips = 533
 
-    @Option(help: "Fixes posted to a live ingest while stats stores them (0 to skip).")
+    @Option(help: "Fixes posted to a live ingest while stats stores them, then to one that stats joins afterwards (0 to skip).")
     var live = 100_000
 
     func run() async throws {
         try await inCore()
-        if live > 0 { try await whileIngesting() }
+        if live > 0 {
+            try await whileIngesting()
+            try await catchingUp()
+        }
     }
 
     /// `stats store live`: the real ingest and stats (release), Overland batches of 200 posted
     /// over 8 connections; fixes/s from the first POST until stats has committed the last one.
     private func whileIngesting() async throws {
-        let token = "bench-token-0123456789"
-        let system = try await BenchSystem(services: [.bus, .ingest, .stats], extraConfig: """
-            devices: [{id: car, token: \(token)}]
-            stats: {listen: "127.0.0.1:\(freePort())"}
-            """)
+        let system = try await BenchSystem(services: [.bus, .ingest, .stats], extraConfig: Self.config)
         defer { system.stop() }
+        let client = BusClient(settings: system.config.process, name: "bench-stats")
+        let started = ContinuousClock.now
+        let (port, bodies) = (system.port, overlandBodies())
+        let posting = Task.detached {
+            try HTTPConnection.load(port: port, connections: 8, bodies: bodies, path: "/overland", headers: [("Authorization", "Bearer \(Self.token)")])
+        }
+        try await Self.waitUntilStatsHasStored(live, client: client)
+        let elapsed = seconds(started.duration(to: .now))
+        _ = try await posting.value
+        await client.shutdown()
+        report(["name": "stats store live", "fixes": live, "fixes_per_s": Int(Double(live) / elapsed)])
+    }
+
+    /// `stats catch-up`: the same fixes, already in ingest's journal when stats starts (stats
+    /// down while a phone uploaded, or added to a running system); fixes/s from stats' launch
+    /// until it has committed the last one.
+    private func catchingUp() async throws {
+        let system = try await BenchSystem(services: [.bus, .ingest], extraConfig: Self.config)
+        defer { system.stop() }
+        _ = try HTTPConnection.load(port: system.port, connections: 8, bodies: overlandBodies(), path: "/overland", headers: [("Authorization", "Bearer \(Self.token)")])
+        let client = BusClient(settings: system.config.process, name: "bench-stats")
+        let started = ContinuousClock.now
+        try system.launch(.stats)
+        try await Self.waitUntilStatsHasStored(live, client: client)
+        let elapsed = seconds(started.duration(to: .now))
+        await client.shutdown()
+        report(["name": "stats catch-up", "fixes": live, "fixes_per_s": Int(Double(live) / elapsed)])
+    }
+
+    static let token = "bench-token-0123456789"
+    static var config: String {
+        """
+        devices: [{id: car, token: \(token)}]
+        stats: {listen: "127.0.0.1:\(freePort())"}
+        """
+    }
+
+    /// `live` fixes of one car, one a second, in Overland batches of 200.
+    private func overlandBodies() -> [[UInt8]] {
         let start = 1_763_000_000.0
-        let bodies: [[UInt8]] = stride(from: 0, to: live, by: 200).map { first in
+        return stride(from: 0, to: live, by: 200).map { first in
             let features = (first..<min(first + 200, live)).map { index in
                 let time = RFC3339.format(Date(timeIntervalSince1970: start + Double(index)))
                 return #"{"type":"Feature","geometry":{"type":"Point","coordinates":[\#(16.3 + Double(index % 5000) * 1e-5),48.2]},"properties":{"timestamp":"\#(time)","speed":13.4,"horizontal_accuracy":5}}"#
             }
             return Array(#"{"locations":["#.utf8) + Array(features.joined(separator: ",").utf8) + Array("]}".utf8)
         }
-        let client = BusClient(settings: system.config.process, name: "bench-stats")
-        let started = ContinuousClock.now
-        let port = system.port
-        let posting = Task.detached {
-            try HTTPConnection.load(port: port, connections: 8, bodies: bodies, path: "/overland", headers: [("Authorization", "Bearer \(token)")])
-        }
-        while (try? await client.call(.stats, RPCRequestHead(op: "health"), as: HealthReply.self))?.lastSeq["journal"] ?? 0 < UInt64(live) {
+    }
+
+    private static func waitUntilStatsHasStored(_ count: Int, client: BusClient) async throws {
+        let deadline = ContinuousClock.now + .seconds(600)
+        while (try? await client.call(.stats, RPCRequestHead(op: "health"), as: HealthReply.self))?.lastSeq["journal"] ?? 0 < UInt64(count) {
+            guard ContinuousClock.now < deadline else { throw ValidationError("stats had not stored \(count) fixes after 600 s") }
             try await Task.sleep(for: .milliseconds(20))
         }
-        let elapsed = seconds(started.duration(to: .now))
-        _ = try await posting.value
-        await client.shutdown()
-        report(["name": "stats store live", "fixes": live, "fixes_per_s": Int(Double(live) / elapsed)])
     }
 
     private func inCore() async throws {
