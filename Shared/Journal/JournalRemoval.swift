@@ -87,6 +87,7 @@ extension Journal {
             // segments), that runs only when ingest and everything else leave the CPU and the
             // disk idle. Both settings stay with the thread, which ends with the removal.
             let thread = Thread { [self] in
+                // Should the system refuse (a seccomp profile), the rewrite still runs, paced.
                 _ = drivebus_thread_in_background()
                 Self.oneRemovalAtATime.withLock { _ in
                     continuation.resume(returning: Result { () throws(Failure) -> RemovalReport in try self.rewriteSealed(removal) })
@@ -101,6 +102,13 @@ extension Journal {
     /// One removal at a time in the process: two would only compete for the same disk.
     private static let oneRemovalAtATime = Mutex<Void>(())
 
+    /// Runs `work`, which takes the segment list's lock, on a thread of normal priority while
+    /// the idle-priority rewrite waits: preempted while holding the lock, the rewrite could
+    /// keep ingest's writer waiting for as long as other work keeps the cores busy.
+    private static func atNormalPriority<T>(_ work: () -> T) -> T {
+        DispatchQueue.global(qos: .userInitiated).sync(execute: work)
+    }
+
     private func rewriteSealed(_ removal: Removal) throws(Failure) -> RemovalReport {
         let (low, high) = (DedupKey.milliseconds(removal.from), DedupKey.milliseconds(removal.to))
         let deviceHash = removal.device.map(DedupKey.deviceHash)
@@ -109,11 +117,16 @@ extension Journal {
         // Kept from segment to segment: allocating and freeing 64 MB for each kept a core
         // busy for milliseconds in the kernel (see `Pacing`).
         var buffers = (input: [UInt8](), output: [UInt8]())
-        let candidates = segments.withLock { $0.sealed.filter { $0.index.header.overlaps(low, high) }.map(\.firstSeq) }
+        let candidates = Self.atNormalPriority { segments.withLock { $0.sealed.filter { $0.index.header.overlaps(low, high) }.map(\.firstSeq) } }
         for firstSeq in candidates {
-            guard let segment = try segments.withLock({ segments throws(Failure) -> OpenSegment? in
-                try segments.sealed.first { $0.firstSeq == firstSeq }.map { sealed throws(Failure) in try OpenSegment(sealed) }
-            }), let index = segment.index else { continue }
+            let opened = Self.atNormalPriority {
+                Result { () throws(Failure) -> OpenSegment? in
+                    try segments.withLock { segments throws(Failure) -> OpenSegment? in
+                        try segments.sealed.first { $0.firstSeq == firstSeq }.map { sealed throws(Failure) in try OpenSegment(sealed) }
+                    }
+                }
+            }
+            guard let segment = try opened.get(), let index = segment.index else { continue }
             if let deviceHash, try index.records(deviceHash: deviceHash, from: low, to: high, fd: segment.indexFD).isEmpty { continue }
             if let removed = try rewrite(segment, index: index, removal: removal, pacing: pacing, buffers: &buffers) {
                 report.records += removed.records
@@ -133,7 +146,7 @@ extension Journal {
         let (low, high) = (DedupKey.milliseconds(removal.from), DedupKey.milliseconds(removal.to))
         let header = index.header
         let offsets = try index.offsets(first: 0, count: header.count, fd: segment.indexFD)
-        try SegmentIndex.read(segment.segmentFD, at: 0, count: Int(header.segmentBytes), path: segment.path, into: &buffers.input)
+        try SegmentIndex.read(segment.segmentFD, at: 0, count: Int(header.segmentBytes), path: segment.path, into: &buffers.input, pacing: pacing)
         let bytes = buffers.input
         var output = buffers.output
         buffers.output = []
@@ -174,14 +187,18 @@ extension Journal {
         if options.rewritePause > .zero { Thread.sleep(forTimeInterval: options.rewritePause.inSeconds) }
         // Segment first, then index: a crash between the two leaves `X.idx.rewrite` alone, and
         // start-up completes the job with it (`removeLeftovers`).
-        try segments.withLock { segments throws(Failure) in
-            guard rename(rewrittenSegment, segment.path) == 0, rename(rewrittenIndex, index.path) == 0 else {
-                throw .io("cannot put the rewritten \(segment.path) in place: \(String(cString: strerror(errno)))")
+        try Self.atNormalPriority {
+            Result { () throws(Failure) in
+                try segments.withLock { segments throws(Failure) in
+                    guard rename(rewrittenSegment, segment.path) == 0, rename(rewrittenIndex, index.path) == 0 else {
+                        throw .io("cannot put the rewritten \(segment.path) in place: \(String(cString: strerror(errno)))")
+                    }
+                    if let position = segments.sealed.firstIndex(where: { $0.firstSeq == header.firstSeq }) {
+                        segments.sealed[position] = Sealed(path: segment.path, index: newIndex)
+                    }
+                }
             }
-            if let position = segments.sealed.firstIndex(where: { $0.firstSeq == header.firstSeq }) {
-                segments.sealed[position] = Sealed(path: segment.path, index: newIndex)
-            }
-        }
+        }.get()
         pacing.awaitTurn()
         syncDirectory(of: segment.path)
         return (removed, Int64(output.count))
@@ -210,16 +227,23 @@ extension Journal {
         let patience: Duration = .milliseconds(20)
         let slice: Duration = .microseconds(500)
         let restPerWork = 3
-        private var sliceStarted = ContinuousClock.now
+        private var sliceStarted = Pacing.cpuTime()
 
         init(commitEnds: CommitEnds) { self.commitEnds = commitEnds }
 
-        /// Rests when the current slice of work is used up.
+        /// Rests when the current slice of work is used up: this thread's CPU time, so waits
+        /// for the disk or for a turn do not count as work.
         func breathe() {
-            let worked = sliceStarted.duration(to: .now)
+            let worked = Pacing.cpuTime() - sliceStarted
             guard worked >= slice else { return }
             Thread.sleep(forTimeInterval: (worked * restPerWork).inSeconds)
-            sliceStarted = .now
+            sliceStarted = Pacing.cpuTime()
+        }
+
+        private static func cpuTime() -> Duration {
+            var time = timespec()
+            clock_gettime(CLOCK_THREAD_CPUTIME_ID, &time)
+            return .seconds(time.tv_sec) + .nanoseconds(time.tv_nsec)
         }
 
         func awaitTurn() { commitEnds.awaitNext(patience: patience) }
@@ -273,25 +297,33 @@ extension Journal {
 }
 
 /// The ends of the journal writer's commits, for a thread that wants the disk between them.
-final class CommitEnds: @unchecked Sendable {
-    // NSCondition: its waiters are threads of their own (a rewrite), never Swift's pool.
-    private let condition = NSCondition()
-    private var count: UInt64 = 0
+/// The writer only stores two numbers (it must never wait on the idle-priority thread that
+/// watches them); the watcher polls.
+final class CommitEnds: Sendable {
+    private let count = Atomic<UInt64>(0)
+    private let lastEnd = Atomic<Int64>(0)
 
     /// The writer has finished a commit (written, synced and answered).
     func signal() {
-        condition.lock()
-        count &+= 1
-        condition.broadcast()
-        condition.unlock()
+        lastEnd.store(Self.now(), ordering: .relaxed)
+        count.add(1, ordering: .releasing)
     }
 
-    /// Returns when the writer next finishes a commit, or after `patience` if it does not.
+    /// Returns when the writer next finishes a commit, or after `patience` if it does not. At
+    /// once when no commit ended within `patience`: the writer is idle, and no commit is due.
     func awaitNext(patience: Duration) {
-        let deadline = Date().addingTimeInterval(patience.inSeconds)
-        condition.lock()
-        defer { condition.unlock() }
-        let seen = count
-        while count == seen && condition.wait(until: deadline) {}
+        let seen = count.load(ordering: .acquiring)
+        let patienceNanoseconds = Int64(patience.inSeconds * 1e9)
+        let started = Self.now()
+        guard started - lastEnd.load(ordering: .relaxed) < patienceNanoseconds else { return }
+        while count.load(ordering: .acquiring) == seen && Self.now() - started < patienceNanoseconds {
+            usleep(200)
+        }
+    }
+
+    private static func now() -> Int64 {
+        var time = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &time)
+        return Int64(time.tv_sec) * 1_000_000_000 + Int64(time.tv_nsec)
     }
 }

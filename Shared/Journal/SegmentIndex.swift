@@ -278,8 +278,10 @@ struct SegmentIndex: Sendable {
         return bytes
     }
 
-    /// Reads into `bytes`, which it resizes to `count` (its storage is reused when large enough).
-    static func read(_ fd: Int32, at offset: Int, count: Int, path: String, into bytes: inout [UInt8]) throws(Journal.Failure) {
+    /// Reads into `bytes`, which it resizes to `count` (its storage is reused when large enough),
+    /// resting between pieces as `pacing` says.
+    static func read(_ fd: Int32, at offset: Int, count: Int, path: String, into bytes: inout [UInt8], pacing: Journal.Pacing? = nil) throws(Journal.Failure) {
+        if bytes.capacity < count { bytes = [] }  // not copied into the larger storage
         if bytes.count > count { bytes.removeLast(bytes.count - count) } else { bytes.append(contentsOf: repeatElement(0, count: count - bytes.count)) }
         var done = 0
         while done < count {
@@ -289,6 +291,7 @@ struct SegmentIndex: Sendable {
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { throw .io("cannot read \(path) at byte \(offset + done): \(n < 0 ? String(cString: strerror(errno)) : "it ends there")") }
             done += n
+            pacing?.breathe()
         }
     }
 }

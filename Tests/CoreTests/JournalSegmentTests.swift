@@ -357,6 +357,7 @@ import Testing
     /// Waiting far longer than the test may run, only the end of a commit can let it go.
     @Test(.timeLimit(.minutes(1))) func aBackgroundSyncGoesRightAfterTheWritersNextCommit() async throws {
         let ends = CommitEnds()
+        ends.signal()  // the writer is busy: a commit has just ended
         let waiting = Task { await onThread { ends.awaitNext(patience: .seconds(3600)) } }
         let returned = Atomic<Bool>(false)
         Task {
@@ -373,12 +374,23 @@ import Testing
         #expect(wentAfterACommit)
     }
 
-    /// With the writer idle, nothing ends a commit: the wait ends after its patience.
-    @Test(.timeLimit(.minutes(1))) func withTheWriterIdleTheSyncGoesAfterItsPatience() async {
+    /// The commit that just ended is not the next one: without another, the wait lasts its patience.
+    @Test(.timeLimit(.minutes(1))) func aCommitBeforeTheWaitDoesNotCount() async {
         let ends = CommitEnds()
-        let started = ContinuousClock.now
-        await onThread { ends.awaitNext(patience: .milliseconds(20)) }
-        #expect(started.duration(to: .now) >= .milliseconds(20))
+        let waited = await onThread { () -> Duration in
+            ends.signal()
+            let started = ContinuousClock.now
+            ends.awaitNext(patience: .milliseconds(200))
+            return started.duration(to: .now)
+        }
+        #expect(waited >= .milliseconds(200))
+    }
+
+    /// No commit for longer than the patience: the writer is idle, so the sync goes at once
+    /// (were it to wait out the patience, the time limit would end the test).
+    @Test(.timeLimit(.minutes(1))) func withTheWriterIdleTheSyncGoesAtOnce() async {
+        let ends = CommitEnds()
+        await onThread { ends.awaitNext(patience: .seconds(3600)) }
     }
 
     /// The rewrite's thread runs only when nothing else wants the CPU.
