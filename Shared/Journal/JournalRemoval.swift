@@ -84,8 +84,8 @@ extension Journal {
         if activeMayHold { try await sealActive() }
         let result: Result<RemovalReport, Failure> = await withCheckedContinuation { continuation in
             // A thread of its own, off Swift's cooperative pool (it reads and writes whole
-            // segments), that runs only when ingest and everything else leave the CPU and the
-            // disk idle. Both settings stay with the thread, which ends with the removal.
+            // segments), at the lowest priority for the CPU and the disk. Both settings stay
+            // with the thread, which ends with the removal.
             let thread = Thread { [self] in
                 // Should the system refuse (a seccomp profile), the rewrite still runs, paced.
                 _ = drivebus_thread_in_background()
@@ -216,8 +216,8 @@ extension Journal {
     /// `slice`, each followed by `restPerWork` times as long idle, so that it never keeps both
     /// cores of a small machine busy: on this 2-core VM, with both busy (even at SCHED_IDLE),
     /// the hypervisor served the disk late and ingest's syncs took 2–4 ms instead of 0.4. It
-    /// writes files in pieces, each synced just after one of the writer's commits (or once the
-    /// writer has had nothing to commit for `patience`): each sync flushes the disk's cache,
+    /// writes files in pieces, each synced just after one of the writer's commits (at once when
+    /// the writer has had nothing to commit for `patience`): each sync flushes the disk's cache,
     /// ingest's syncs wait behind any flush under way, and timed into the gap between two
     /// commits the rewrite's flush is usually done before the next commit needs the disk.
     final class Pacing {
