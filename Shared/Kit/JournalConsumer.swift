@@ -11,7 +11,7 @@ import Synchronization
 /// - the state is checkpointed when a message was applied or a tick derived events since the
 ///   last save, right after a message that derived something, and at shutdown, but never while
 ///   derived events are not yet journaled: after a crash the journal replays the step, and the
-///   events come out again with the same ids. Saves are paced (`CheckpointPacing`): at most one
+///   events are derived again with the same ids (journaled once: `EventLog`). Saves are paced (`CheckpointPacing`): at most one
 ///   per `checkpointInterval`, and a large state (open trips) less often. A tick that derived
 ///   nothing is saved only every `idleCheckpointInterval`: after a restart the next tick does
 ///   the same again, and a system at rest does not rewrite and sync four files every second.

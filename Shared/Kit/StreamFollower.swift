@@ -218,7 +218,8 @@ public enum EventsRPC {
         }
     }
 
-    static func fetch(_ service: ServiceName, from: UInt64, limit: Int, bus: BusClient) async throws -> (records: [LoggedEvent], lastSeq: UInt64) {
+    /// Up to `limit` events of `service`'s journal from seq `from` on, and its last seq.
+    public static func fetch(_ service: ServiceName, from: UInt64, limit: Int, bus: BusClient) async throws -> (records: [LoggedEvent], lastSeq: UInt64) {
         let request = Array(#"{"op":"events","from_seq":\#(from),"limit":\#(limit)}"#.utf8)
         let reply = try await bus.loop.request(ZMQEndpoint(bus.settings.layout.rpcEndpoint(service)), body: request, timeout: .seconds(10))
         return try page(reply: reply)
