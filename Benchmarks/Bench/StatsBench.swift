@@ -43,9 +43,9 @@ struct StatsBench: AsyncParsableCommand {
     private func whileIngesting() async throws {
         let system = try await BenchSystem(services: [.bus, .ingest, .stats], extraConfig: Self.config)
         defer { system.stop() }
+        let (port, bodies) = (system.port, overlandBodies())
         let client = BusClient(settings: system.config.process, name: "bench-stats")
         let started = ContinuousClock.now
-        let (port, bodies) = (system.port, overlandBodies())
         let posting = Task.detached {
             try HTTPConnection.load(port: port, connections: 8, bodies: bodies, path: "/overland", headers: [("Authorization", "Bearer \(Self.token)")])
         }
