@@ -9,8 +9,8 @@ import Synchronization
 /// messages, measured three ways in the same run so the ratios compare like with like:
 /// - `raw`: libzmq's C API directly (zmq_send, zmq_msg_recv);
 /// - `wrapper`: the same through `ZMQSocket`;
-/// - `envelope`: full `Fix` envelopes the way services move them: `Publisher` encodes and queues
-///   to its I/O thread, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
+/// - `envelope`: full `Fix` envelopes the way services move them: `Publisher` encodes and sends
+///   on its PUB itself, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
 ///   consumer decodes header and `Fix`.
 struct BusBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bus", abstract: "Measure the bus: raw libzmq, the Swift wrapper, full envelopes.")

@@ -11,10 +11,11 @@ import Synchronization
 /// - the state is checkpointed when a message was applied or a tick derived events since the
 ///   last save, right after a message that derived something, and at shutdown, but never while
 ///   derived events are not yet journaled: after a crash the journal replays the step, and the
-///   events are derived again with the same ids (journaled once: `EventLog`). Saves are paced (`CheckpointPacing`): at most one
-///   per `checkpointInterval`, and a large state (open trips) less often. A tick that derived
-///   nothing is saved only every `idleCheckpointInterval`: after a restart the next tick does
-///   the same again, and a system at rest does not rewrite and sync four files every second.
+///   events are derived again with the same ids (journaled once: `EventLog`). Saves are paced
+///   (`CheckpointPacing`): at most one per `checkpointInterval`, and a large state (open trips)
+///   less often. A tick that derived nothing is saved only every `idleCheckpointInterval`:
+///   after a restart the next tick does the same again, and a system at rest does not rewrite
+///   and sync four files every second.
 /// `live` tells the core whether a message came straight off the bus or from a replay, which is
 /// what keeps a replayed fix from opening a gate.
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {

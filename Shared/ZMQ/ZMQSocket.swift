@@ -145,13 +145,10 @@ public final class ZMQSocket {
     /// or no peer yet) and nothing was sent.
     @discardableResult
     public func send(_ message: ZMQMessage, dontWait: Bool = true) throws(ZMQError) -> Bool {
-        let handle = try open("zmq_send")
-        let base = dontWait ? ZMQ_DONTWAIT : 0
         for index in message.indices {
-            let flags = index == message.count - 1 ? base : base | ZMQ_SNDMORE
             // libzmq accepts the remaining frames once it took the first, so EAGAIN can only
             // happen on frame 0 and no partial message is left behind.
-            guard try sendFrame(handle, message[index], flags) else { return false }
+            guard try send(frame: message[index], more: index < message.count - 1, dontWait: dontWait) else { return false }
         }
         return true
     }
@@ -178,17 +175,6 @@ public final class ZMQSocket {
         try frame.withUnsafeBytes { bytes in
             Result { () throws(ZMQError) in try send(frame: bytes, more: more, dontWait: dontWait) }
         }.get()
-    }
-
-    private func sendFrame(_ handle: UnsafeMutableRawPointer, _ frame: [UInt8], _ flags: Int32) throws(ZMQError) -> Bool {
-        while true {
-            let rc = frame.withUnsafeBytes { zmq_send(handle, $0.baseAddress, $0.count, flags) }
-            if rc >= 0 { return true }
-            let errno = zmq_errno()
-            if errno == EINTR { continue }
-            if errno == EAGAIN { return false }
-            throw ZMQError(errno: errno, operation: "zmq_send", endpoint: endpoint)
-        }
     }
 
     // MARK: Receiving
