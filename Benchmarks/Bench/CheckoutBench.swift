@@ -9,6 +9,8 @@ import IngestCore
 /// DIR holds one ride per pair of files (`Benchmarks/datasets/README.md`):
 /// - `NAME.csv`: the rider's fixes, a header `time,lat,lon` and optionally `speed` (m/s) and
 ///   `accuracy` (m), as `drivebus import` reads CSV;
+/// - `NAME.motion.csv`, optional: the phone's motion samples, a header `start,activity,confidence`
+///   (RFC 3339; `MotionSample`'s activity and confidence names), fed in time order with the fixes;
 /// - `NAME.label.json`: `{"checkin": RFC 3339, "change": RFC 3339 or null}`, the check-in and
 ///   the labelled moment the rider got out (null: a ride that must not check out). With
 ///   `"change_is": "stop"` the label marks when the vehicle stopped (GOAL labels it so), and is
@@ -37,6 +39,9 @@ struct CheckoutBench: ParsableCommand {
 
     @Option(help: "Override checkout.walk_aside_m, to sweep it.")
     var walkAside: Double?
+
+    @Flag(help: "Leave out the rides' motion samples, to see what they add.")
+    var withoutMotion = false
 
     struct Label: Decodable {
         var checkin: String
@@ -79,9 +84,13 @@ struct CheckoutBench: ParsableCommand {
                 return Fix(device: "rider", time: time, lat: point.lat, lon: point.lon, accuracyM: point.accuracyM,
                            speedMps: point.speedMps, source: .import)
             }
-            let replayed = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .none)
-            let live = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .everySecond)
-            let batched = Self.replay(configuration, checkin: checkin, fixes: fixes, ticks: .batches(of: 60))
+            let motionPath = base + ".motion.csv"
+            let motion = withoutMotion || !FileManager.default.fileExists(atPath: motionPath)
+                ? [] : try Self.readMotion(Data(contentsOf: URL(fileURLWithPath: motionPath)), name: name + ".motion.csv")
+            let samples = Self.merge(fixes: fixes, motion: motion)
+            let replayed = Self.replay(configuration, checkin: checkin, samples: samples, ticks: .none)
+            let live = Self.replay(configuration, checkin: checkin, samples: samples, ticks: .everySecond)
+            let batched = Self.replay(configuration, checkin: checkin, samples: samples, ticks: .batches(of: 60))
             // What was decided, not when it became known (a tick may bring that forward).
             func outcome(_ checkouts: [TaxiCheckout]) -> [String] {
                 checkouts.map { "\($0.reason) \($0.checkoutTime) \($0.stoppedAt.map { "\($0)" } ?? "-")" }
@@ -89,7 +98,7 @@ struct CheckoutBench: ParsableCommand {
             let differ = outcome(replayed) != outcome(live) || outcome(replayed) != outcome(batched)
             if differ { modesDiffer += 1 }
 
-            var line: [String: Any] = ["name": "checkout.ride", "ride": name, "fixes": fixes.count, "modes_agree": !differ]
+            var line: [String: Any] = ["name": "checkout.ride", "ride": name, "fixes": fixes.count, "motion_samples": motion.count, "modes_agree": !differ]
             if differ {
                 for (mode, result) in [("replayed", replayed), ("live", live), ("batched", batched)] {
                     line[mode] = result.map { "\($0.reason.rawValue) \(RFC3339.format($0.checkoutTime))" }
@@ -142,23 +151,74 @@ struct CheckoutBench: ParsableCommand {
 
     enum Ticks { case none, everySecond, batches(of: Int) }
 
-    /// The check-outs of one ride fed with fixes numbered from seq 2, the check-in being seq 1.
-    static func replay(_ configuration: CheckoutConfiguration, checkin: Date, fixes: [Fix], ticks: Ticks) -> [TaxiCheckout] {
+    /// A fix or a motion sample, as the check-out core takes them.
+    enum Sample {
+        case fix(Fix)
+        case motion(MotionSample)
+
+        var time: Date {
+            switch self {
+            case .fix(let fix): fix.time
+            case .motion(let sample): sample.start
+            }
+        }
+    }
+
+    /// Fixes and motion samples in time order; at the same instant the fix comes first.
+    static func merge(fixes: [Fix], motion: [MotionSample]) -> [Sample] {
+        var merged: [Sample] = []
+        merged.reserveCapacity(fixes.count + motion.count)
+        var next = 0
+        for fix in fixes {
+            while next < motion.count, motion[next].start < fix.time {
+                merged.append(.motion(motion[next]))
+                next += 1
+            }
+            merged.append(.fix(fix))
+        }
+        merged += motion[next...].map(Sample.motion)
+        return merged
+    }
+
+    /// `start,activity,confidence` rows, sorted by start.
+    static func readMotion(_ data: Data, name: String) throws -> [MotionSample] {
+        let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+        guard lines.first?.trimmingCharacters(in: .whitespaces) == "start,activity,confidence" else {
+            throw ValidationError("\(name): the header is not start,activity,confidence")
+        }
+        let samples = try lines.dropFirst().enumerated().map { number, line -> MotionSample in
+            let fields = line.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
+            guard fields.count == 3, let start = RFC3339.parse(fields[0]),
+                let activity = MotionSample.Activity(rawValue: fields[1]), let confidence = MotionSample.Confidence(rawValue: fields[2])
+            else { throw ValidationError("\(name): line \(number + 2) is not an RFC 3339 time, an activity and a confidence") }
+            return MotionSample(device: "rider", start: start, activity: activity, confidence: confidence, source: .import)
+        }
+        return samples.sorted { $0.start < $1.start }
+    }
+
+    /// The check-outs of one ride fed with its samples numbered from seq 2, the check-in being
+    /// seq 1.
+    static func replay(_ configuration: CheckoutConfiguration, checkin: Date, samples: [Sample], ticks: Ticks) -> [TaxiCheckout] {
         var detector = CheckoutDetector(configuration: configuration)
         var out = detector.handle(.checkin(TaxiCheckin(seq: 1, device: "rider", time: checkin)))
         var clock = checkin
-        for (index, fix) in fixes.enumerated() {
-            var numbered = fix
-            numbered.seq = UInt64(index + 2)
+        for (index, sample) in samples.enumerated() {
             if case .everySecond = ticks {
-                while clock + 1 <= fix.time {
+                while clock + 1 <= sample.time {
                     clock += 1
                     out += detector.handle(.tick(now: clock))
                 }
             }
-            out += detector.handle(.fix(numbered))
-            if case .batches(let size) = ticks, (index + 1) % size == 0 || index == fixes.count - 1 {
-                for second in 1...30 { out += detector.handle(.tick(now: fix.time + Double(second))) }
+            switch sample {
+            case .fix(var fix):
+                fix.seq = UInt64(index + 2)
+                out += detector.handle(.fix(fix))
+            case .motion(var motion):
+                motion.seq = UInt64(index + 2)
+                out += detector.handle(.motion(motion))
+            }
+            if case .batches(let size) = ticks, (index + 1) % size == 0 || index == samples.count - 1 {
+                for second in 1...30 { out += detector.handle(.tick(now: sample.time + Double(second))) }
             }
         }
         return out

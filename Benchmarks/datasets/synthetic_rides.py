@@ -47,9 +47,12 @@ def simulate(phases, phone, dt=0.1):
                 next_sample += phone.interval
     return t
 
-def write(out, name, phone, checkin, change, change_is=None):
+def write(out, name, phone, checkin, change, change_is=None, motion=()):
     with open("%s/%s.csv" % (out, name), "w") as f:
         f.write("time,lat,lon,speed,accuracy\n" + "\n".join(phone.rows) + "\n")
+    if motion:
+        with open("%s/%s.motion.csv" % (out, name), "w") as f:
+            f.write("start,activity,confidence\n" + "".join("%s,%s,%s\n" % (iso(t), a, c) for t, a, c in motion))
     label = {"checkin": iso(checkin), "change": iso(change) if change is not None else None,
              "dataset": "synthetic", "mode": "taxi"}
     if change_is:
@@ -75,11 +78,13 @@ def main(out):
     change = sum(d for d, _, _ in ride)
     simulate(ride + [(300, 1.35, 270)], phone)
     write(out, "ride-5s-jam-then-walk", phone, 0, change)
-    # 3: 1 Hz, speed reported; the ride ends in a long queue at lights: no walk in the file.
+    # 3: 1 Hz, speed reported; the ride ends in a long queue at lights: no walk in the file. The
+    # phone says automotive, and walking for 40 s while the rider shifts in the seat.
     phone = Phone(rng, 1.0, True)
     ride = [(240, 12, 0), (90, 0, 0), (6, 2.5, 0), (80, 0, 0), (6, 2.5, 0), (60, 0, 0)]
     simulate(ride, phone)
-    write(out, "ride-ends-in-queue", phone, 0, None)
+    motion = [(5, "automotive", "high"), (280, "walking", "medium"), (320, "automotive", "high")]
+    write(out, "ride-ends-in-queue", phone, 0, None, motion=motion)
     # 4: every 5 s, no speed; a courier's van: labelled when it stopped (as GOAL labels), the
     # driver sits 20 s, walks 25 m across the road to a door, waits and walks back.
     phone = Phone(rng, 5.0, False)

@@ -127,6 +127,57 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         #expect(checkoutRun(feed.inputs).isEmpty)
     }
 
+    @Test func aWalkBeforeTheRideMovedDoesNotCount() {
+        // Checked in early, then walking about for 85 s past the grace period before the taxi
+        // came (MobilityNet had this: a phone that said walking minutes before the car left).
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(100, .walking)
+        feed.motion(185, .stationary)
+        feed.motion(300, .automotive)
+        feed.motion(1500, .walking)
+        feed.motion(1600, .stationary)
+        let out = checkoutRun(feed.inputs)
+        #expect(out.map(\.checkoutTime) == [checkoutAt(1500)])
+
+        // A fix at riding speed shows the ride moving as well as the phone saying automotive.
+        var byFixes = CheckoutFeed()
+        byFixes.checkin(0)
+        byFixes.fix(80, x: 0, speed: 10)
+        byFixes.fix(90, x: 100, speed: 10)
+        byFixes.motion(100, .walking)
+        byFixes.motion(185, .stationary)
+        #expect(checkoutRun(byFixes.inputs).map(\.checkoutTime) == [checkoutAt(100)])
+
+        // And a phone already in the car when it checks in has moved.
+        var inCar = CheckoutFeed()
+        inCar.motion(-30, .automotive)
+        inCar.checkin(0)
+        inCar.motion(100, .walking)
+        inCar.motion(185, .stationary)
+        #expect(checkoutRun(inCar.inputs).map(\.checkoutTime) == [checkoutAt(100)])
+    }
+
+    @Test func aRideFromACheckpointWithoutMovedAtGoesOnAsBefore() throws {
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(100, .walking)
+        var first = CheckoutDetector()
+        #expect(checkoutRun(feed.inputs, &first).isEmpty)
+        var json = String(decoding: try JSONEncoder().encode(first), as: UTF8.self)
+        #expect(json.contains(#""movedAt":null"#))
+        json = json.replacingOccurrences(of: #","movedAt":null"#, with: "").replacingOccurrences(of: #""movedAt":null,"#, with: "")
+        var restored = try checkpointDecoder(CheckoutConfiguration()).decode(CheckoutDetector.self, from: Data(json.utf8))
+        var rest = CheckoutFeed()
+        rest.seq = feed.seq
+        rest.motion(185, .stationary)
+        // Written before the rule, the ride counts as moving: its walk checks out, as it would have.
+        #expect(checkoutRun(rest.inputs, &restored).map(\.checkoutTime) == [checkoutAt(100)])
+        // With the rule, the same ride waits for the taxi to move.
+        var kept = try checkpointDecoder(CheckoutConfiguration()).decode(CheckoutDetector.self, from: try JSONEncoder().encode(first))
+        #expect(checkoutRun(rest.inputs, &kept).isEmpty)
+    }
+
     @Test func aShortWalkDoesNotCount() {
         var feed = CheckoutFeed()
         feed.checkin(0)

@@ -203,6 +203,10 @@ import Testing
         #expect(summary["false_checkouts"] as? Int == 0 && summary["missed"] as? Int == 0)
         #expect(summary["modes_differ"] as? Int == 0)
         #expect((summary["median_abs_delay_s"] as? Double ?? 99) <= 10)
+        // The queue's phone also sends motion: automotive, and 40 s of walking in the seat,
+        // too short for a walk.
+        let queue = try #require(rows["checkout.ride"]?.first { $0["ride"] as? String == "ride-ends-in-queue" })
+        #expect(queue["motion_samples"] as? Int == 3 && queue["checkout"] == nil)
     }
 
     @Test func checkoutBenchmarkOnRealCourierRides() async throws {

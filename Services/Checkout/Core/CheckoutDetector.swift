@@ -204,15 +204,21 @@ struct Ride: Codable, Sendable, Equatable {
     /// Seconds of ticks since the device's last input. Only ticks the running service saw
     /// count, a few seconds each at most, so downtime and catch-up never pass for silence.
     var silentS = 0.0
+    /// When the ride was first seen moving: a fix at riding speed, or the phone saying it is in
+    /// a vehicle. A motion walk before it is the rider still on the way to the taxi.
+    var movedAt: Date?
 
-    enum CodingKeys: String, CodingKey { case checkin, walk, track, footsteps, dataTime, silentS }
+    enum CodingKeys: String, CodingKey { case checkin, walk, track, footsteps, dataTime, silentS, movedAt }
 
     init(checkin: TaxiCheckin, lastMotion: Activity?, _ configuration: CheckoutConfiguration) {
         self.checkin = checkin
         dataTime = checkin.time
         // A walk under way at check-in (to the taxi) carries on, and never counts.
         walk = lastMotion.flatMap { $0.isWalk(configuration) ? $0 : nil }
-        if let lastMotion { footsteps.motion(lastMotion, configuration) }
+        if let lastMotion {
+            footsteps.motion(lastMotion, configuration)
+            if lastMotion.isVehicle(configuration) { movedAt = checkin.time }
+        }
     }
 
     /// Checkpoints written before the fixes rule was rewritten lack the newer fields; the ride
@@ -225,6 +231,21 @@ struct Ride: Codable, Sendable, Equatable {
         footsteps = try container.decodeIfPresent(Footsteps.self, forKey: .footsteps) ?? Footsteps()
         dataTime = try container.decodeIfPresent(Date.self, forKey: .dataTime) ?? checkin.time
         silentS = try container.decodeIfPresent(Double.self, forKey: .silentS) ?? 0
+        // A ride from before `movedAt` existed goes on as it was judged then, as if it had moved.
+        movedAt = container.contains(.movedAt) ? try container.decodeIfPresent(Date.self, forKey: .movedAt) : checkin.time
+    }
+
+    /// Written out in full: a ride not yet seen moving says so (`null`), which a missing key
+    /// does not.
+    func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(checkin, forKey: .checkin)
+        try container.encodeIfPresent(walk, forKey: .walk)
+        try container.encode(track, forKey: .track)
+        try container.encode(footsteps, forKey: .footsteps)
+        try container.encode(dataTime, forKey: .dataTime)
+        try container.encode(silentS, forKey: .silentS)
+        try container.encode(movedAt, forKey: .movedAt)
     }
 
     func deadline(_ configuration: CheckoutConfiguration) -> Date { checkin.time + configuration.maxRideS }
@@ -237,6 +258,11 @@ struct Ride: Codable, Sendable, Equatable {
         start >= checkin.time + configuration.gracePeriodS && start < deadline(configuration)
     }
 
+    /// A motion walk counts, moreover, only once the ride has been seen moving.
+    func counts(_ walk: Activity, _ configuration: CheckoutConfiguration) -> Bool {
+        counts(walk.start, configuration) && movedAt.map { $0 <= walk.start } ?? false
+    }
+
     mutating func heard(at time: Date) {
         silentS = 0
         dataTime = max(dataTime, time)
@@ -245,8 +271,9 @@ struct Ride: Codable, Sendable, Equatable {
     mutating func motion(_ sample: Activity, isNew: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
         heard(at: sample.start)
         guard isNew else { return nil }
+        if movedAt == nil, sample.isVehicle(configuration), sample.start >= checkin.time { movedAt = sample.start }
         // The new sample's start proves how long the walk in progress has lasted.
-        if let walk, counts(walk.start, configuration), sample.start >= walk.start + configuration.leadTimeS {
+        if let walk, counts(walk, configuration), sample.start >= walk.start + configuration.leadTimeS {
             return checkout(walk, decidedAt: sample.start, configuration)
         }
         footsteps.motion(sample, configuration)
@@ -264,7 +291,9 @@ struct Ride: Codable, Sendable, Equatable {
         if let last = track.last, fix.time <= last.time { return nil }
         if (fix.accuracyM ?? 0) <= configuration.maxAccuracyM {
             track.add(fix)
-            if let found = footsteps.add(fix, configuration), counts(found.start, configuration) {
+            let found = footsteps.add(fix, configuration)
+            if movedAt == nil { movedAt = footsteps.ridingAt }
+            if let found, counts(found.start, configuration) {
                 let walked = found.walkedM
                 return TaxiCheckout(
                     device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
@@ -283,12 +312,12 @@ struct Ride: Codable, Sendable, Equatable {
     /// sample) only ends the ride at `max_ride_s`. A candidate that started before the deadline
     /// is waited for.
     func expire(at now: Date, clock: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
-        if clock, let walk, counts(walk.start, configuration), now >= walk.start + configuration.leadTimeS {
+        if clock, let walk, counts(walk, configuration), now >= walk.start + configuration.leadTimeS {
             return checkout(walk, decidedAt: now, configuration)
         }
         let deadline = deadline(configuration)
         guard now >= deadline else { return nil }
-        if let walk, counts(walk.start, configuration) { return nil }
+        if let walk, counts(walk, configuration) { return nil }
         if let start = footsteps.candidate, start < deadline, now < start + configuration.walkConfirmS { return nil }
         return TaxiCheckout(
             device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
