@@ -14,7 +14,10 @@ import Synchronization
 /// - `journal ingest start`: the real `drivebus-ingest` (and bus) on it: time until it answers
 ///   `/healthz`, and its resident memory then;
 /// - `journal append`: 16 appenders, batches of 100 new fixes, each commit synced: on an empty
-///   journal and on the big one, and a raw `write` + `fdatasync` of the same bytes as the peer;
+///   journal and on the big one, and a raw `write` + `fdatasync` of the same bytes as the peer.
+///   The empty journal's active segment is first filled (untimed) as far as the big one's, so
+///   that both seal as often: a segment holds about 200,000 fixes, and a new journal would
+///   otherwise never seal within a run of 200,000 while the big one seals once in each;
 /// - `journal resend`: batches of fixes already in sealed segments (dedup read from disk);
 /// - `journal replay day`: one device's day by the index by device and time;
 /// - `journal replay seq`: 10,000 records from the middle by seq;
@@ -51,6 +54,14 @@ struct JournalBench: AsyncParsableCommand {
         return JournalRecord(.fix(Fix(
             device: device, time: Date(timeIntervalSince1970: Self.start + second), lat: 48.2 + (second.truncatingRemainder(dividingBy: 3600)) * 1e-5,
             lon: 16.3 + Double(index % devices) * 1e-3, accuracyM: 5, speedMps: 12.5, source: .api)))
+    }
+
+    /// A fix of a phone of its own, from before everything the big journal holds: what fills an
+    /// empty journal's active segment before it is timed.
+    func filler(_ index: Int) -> JournalRecord {
+        JournalRecord(.fix(Fix(
+            device: "filler", time: Date(timeIntervalSince1970: Self.start - 1_000_000 + Double(index)), lat: 48.2, lon: 16.3,
+            accuracyM: 5, speedMps: 12.5, source: .api)))
     }
 
     func run() async throws {
@@ -114,6 +125,7 @@ struct JournalBench: AsyncParsableCommand {
         // Appends: new fixes onto the big journal, an empty one, and a raw file, in rounds (the
         // disk's sync time drifts); the median of the rounds' ratios reported.
         var onBig: [Double] = [], onEmpty: [Double] = [], raw: [Double] = [], ratios: [Double] = []
+        var seals: (big: [Int], empty: [Int]) = ([], [])
         let emptyDirectory = state + "/empty"
         for round in 0..<rounds {
             // Big, empty, empty, big (or the mirror): what ran just before can weigh on the next
@@ -128,10 +140,17 @@ struct JournalBench: AsyncParsableCommand {
                 // Every run starts with nothing of the last one's still being written back.
                 sync()
                 if onTheBig {
+                    let sealedBefore = big.layout.sealedSegments
                     bigRates.append(try await Self.appendRate(fresh, to: big))
+                    seals.big.append(big.layout.sealedSegments - sealedBefore)
                 } else {
                     let empty = try Journal(path: emptyDirectory) { _, _ in }
+                    // As full as the big journal's active segment is now. Older than the run's
+                    // fixes, so that they never send dedup to a sealed segment.
+                    _ = try await Self.appendAll((0..<big.layout.activeRecords).map(filler), to: empty)
+                    sync()
                     emptyRates.append(try await Self.appendRate(fresh, to: empty))
+                    seals.empty.append(empty.layout.sealedSegments)
                     empty.shutdown()
                 }
             }
@@ -151,6 +170,7 @@ struct JournalBench: AsyncParsableCommand {
         report(["name": "journal append", "fixes": appends, "appenders": 16, "batch": 100, "rounds": rounds,
                 "empty_fixes_per_s": Int(median(onEmpty)), "big_fixes_per_s": Int(median(onBig)), "big_vs_empty": (median(ratios) * 1000).rounded() / 1000,
                 "big_vs_empty_by_round": ratios.map { ($0 * 1000).rounded() / 1000 },
+                "seals_per_run_big": seals.big, "seals_per_run_empty": seals.empty,
                 "raw_fdatasync_fixes_per_s": Int(median(raw)), "empty_vs_raw": (median(onEmpty) / median(raw) * 1000).rounded() / 1000])
         report(["name": "journal resend", "fixes": resent.count, "duplicates": resendOutcomes.filter { $0 == .duplicate }.count,
                 "fixes_per_s": Int(Double(resent.count) / resendSeconds)])
