@@ -164,7 +164,8 @@ struct CheckoutBench: ParsableCommand {
         }
     }
 
-    /// Fixes and motion samples in time order; at the same instant the fix comes first.
+    /// Fixes (in file order, which the converters keep in time order) with each motion sample
+    /// before the first fix later than it; at the same instant the fix comes first.
     static func merge(fixes: [Fix], motion: [MotionSample]) -> [Sample] {
         var merged: [Sample] = []
         merged.reserveCapacity(fixes.count + motion.count)
@@ -180,20 +181,21 @@ struct CheckoutBench: ParsableCommand {
         return merged
     }
 
-    /// `start,activity,confidence` rows, sorted by start.
+    /// `start,activity,confidence` rows, sorted by start (in file order at the same start).
     static func readMotion(_ data: Data, name: String) throws -> [MotionSample] {
-        let lines = String(decoding: data, as: UTF8.self).split(whereSeparator: \.isNewline)
+        let lines = String(decoding: data, as: UTF8.self).split(omittingEmptySubsequences: false, whereSeparator: \.isNewline)
         guard lines.first?.trimmingCharacters(in: .whitespaces) == "start,activity,confidence" else {
             throw ValidationError("\(name): the header is not start,activity,confidence")
         }
-        let samples = try lines.dropFirst().enumerated().map { number, line -> MotionSample in
+        var samples: [(line: Int, sample: MotionSample)] = []
+        for (index, line) in lines.enumerated().dropFirst() where !line.allSatisfy(\.isWhitespace) {
             let fields = line.split(separator: ",", omittingEmptySubsequences: false).map { $0.trimmingCharacters(in: .whitespaces) }
             guard fields.count == 3, let start = RFC3339.parse(fields[0]),
                 let activity = MotionSample.Activity(rawValue: fields[1]), let confidence = MotionSample.Confidence(rawValue: fields[2])
-            else { throw ValidationError("\(name): line \(number + 2) is not an RFC 3339 time, an activity and a confidence") }
-            return MotionSample(device: "rider", start: start, activity: activity, confidence: confidence, source: .import)
+            else { throw ValidationError("\(name): line \(index + 1) is not an RFC 3339 time, an activity and a confidence") }
+            samples.append((index, MotionSample(device: "rider", start: start, activity: activity, confidence: confidence, source: .import)))
         }
-        return samples.sorted { $0.start < $1.start }
+        return samples.sorted { ($0.sample.start, $0.line) < ($1.sample.start, $1.line) }.map(\.sample)
     }
 
     /// The check-outs of one ride fed with its samples numbered from seq 2, the check-in being

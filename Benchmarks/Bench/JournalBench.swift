@@ -15,9 +15,10 @@ import Synchronization
 ///   `/healthz`, and its resident memory then;
 /// - `journal append`: 16 appenders, batches of 100 new fixes, each commit synced: on an empty
 ///   journal and on the big one, and a raw `write` + `fdatasync` of the same bytes as the peer.
-///   The empty journal's active segment is first filled (untimed) as far as the big one's, so
-///   that both seal as often: a segment holds about 200,000 fixes, and a new journal would
-///   otherwise never seal within a run of 200,000 while the big one seals once in each;
+///   The "empty" journal is a new one whose active segment is first filled (untimed) to as many
+///   bytes as the big one's, so that both seal as often: a segment holds about 200,600 of these
+///   fixes, and a new journal would otherwise never seal within a run of 200,000 while the big
+///   one seals once in each;
 /// - `journal resend`: batches of fixes already in sealed segments (dedup read from disk);
 /// - `journal replay day`: one device's day by the index by device and time;
 /// - `journal replay seq`: 10,000 records from the middle by seq;
@@ -145,9 +146,15 @@ struct JournalBench: AsyncParsableCommand {
                     seals.big.append(big.layout.sealedSegments - sealedBefore)
                 } else {
                     let empty = try Journal(path: emptyDirectory) { _, _ in }
-                    // As full as the big journal's active segment is now. Older than the run's
+                    // As many bytes as the big journal's active segment holds now (segments seal
+                    // by size), in ever smaller pieces so as not to pass it. Older than the run's
                     // fixes, so that they never send dedup to a sealed segment.
-                    _ = try await Self.appendAll((0..<big.layout.activeRecords).map(filler), to: empty)
+                    var filled = 0
+                    while case let missing = big.layout.activeBytes - empty.layout.activeBytes, missing > 0 {
+                        let count = Int(max(1, min(10_000, missing / 256)))
+                        _ = try await Self.appendAll((filled..<filled + count).map(filler), to: empty)
+                        filled += count
+                    }
                     sync()
                     emptyRates.append(try await Self.appendRate(fresh, to: empty))
                     seals.empty.append(empty.layout.sealedSegments)

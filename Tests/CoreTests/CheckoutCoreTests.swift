@@ -149,13 +149,39 @@ func checkoutDistance(_ inputs: [CheckoutInput], until time: Date) -> Double {
         byFixes.motion(185, .stationary)
         #expect(checkoutRun(byFixes.inputs).map(\.checkoutTime) == [checkoutAt(100)])
 
-        // And a phone already in the car when it checks in has moved.
+        // And a phone already in the car when it checks in has moved, whether its sample came
+        // before the check-in or was uploaded after it.
         var inCar = CheckoutFeed()
         inCar.motion(-30, .automotive)
         inCar.checkin(0)
         inCar.motion(100, .walking)
         inCar.motion(185, .stationary)
         #expect(checkoutRun(inCar.inputs).map(\.checkoutTime) == [checkoutAt(100)])
+        var uploadedLate = CheckoutFeed()
+        uploadedLate.checkin(0)
+        uploadedLate.motion(-30, .automotive)
+        uploadedLate.motion(100, .walking)
+        uploadedLate.motion(185, .stationary)
+        #expect(checkoutRun(uploadedLate.inputs).map(\.checkoutTime) == [checkoutAt(100)])
+    }
+
+    @Test func theRideMustHaveMovedBeforeTheWalkBegan() {
+        // Riding fixes that come after the walk began show it was no walk off the taxi.
+        var feed = CheckoutFeed()
+        feed.checkin(0)
+        feed.motion(100, .walking)
+        feed.fix(120, x: 0, speed: 10)
+        feed.fix(130, x: 100, speed: 10)
+        feed.motion(185, .stationary)
+        #expect(checkoutRun(feed.inputs).isEmpty)
+
+        // A vehicle sample below min_confidence does not show the ride moving.
+        var unsure = CheckoutFeed()
+        unsure.checkin(0)
+        unsure.motion(30, .automotive, .low)
+        unsure.motion(100, .walking)
+        unsure.motion(185, .stationary)
+        #expect(checkoutRun(unsure.inputs).isEmpty)
     }
 
     @Test func aRideFromACheckpointWithoutMovedAtGoesOnAsBefore() throws {

@@ -258,8 +258,8 @@ struct Ride: Codable, Sendable, Equatable {
         start >= checkin.time + configuration.gracePeriodS && start < deadline(configuration)
     }
 
-    /// A motion walk counts, moreover, only once the ride has been seen moving.
-    func counts(_ walk: Activity, _ configuration: CheckoutConfiguration) -> Bool {
+    /// A motion walk counts, moreover, only once the ride has been seen moving before it began.
+    func motionWalkCounts(_ walk: Activity, _ configuration: CheckoutConfiguration) -> Bool {
         counts(walk.start, configuration) && movedAt.map { $0 <= walk.start } ?? false
     }
 
@@ -271,9 +271,11 @@ struct Ride: Codable, Sendable, Equatable {
     mutating func motion(_ sample: Activity, isNew: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
         heard(at: sample.start)
         guard isNew else { return nil }
-        if movedAt == nil, sample.isVehicle(configuration), sample.start >= checkin.time { movedAt = sample.start }
+        // A vehicle sample that began before the check-in, journalled after it (phones upload
+        // motion in batches), counts from the check-in, as it would had it come first.
+        if movedAt == nil, sample.isVehicle(configuration) { movedAt = max(sample.start, checkin.time) }
         // The new sample's start proves how long the walk in progress has lasted.
-        if let walk, counts(walk, configuration), sample.start >= walk.start + configuration.leadTimeS {
+        if let walk, motionWalkCounts(walk, configuration), sample.start >= walk.start + configuration.leadTimeS {
             return checkout(walk, decidedAt: sample.start, configuration)
         }
         footsteps.motion(sample, configuration)
@@ -312,12 +314,12 @@ struct Ride: Codable, Sendable, Equatable {
     /// sample) only ends the ride at `max_ride_s`. A candidate that started before the deadline
     /// is waited for.
     func expire(at now: Date, clock: Bool, _ configuration: CheckoutConfiguration) -> TaxiCheckout? {
-        if clock, let walk, counts(walk, configuration), now >= walk.start + configuration.leadTimeS {
+        if clock, let walk, motionWalkCounts(walk, configuration), now >= walk.start + configuration.leadTimeS {
             return checkout(walk, decidedAt: now, configuration)
         }
         let deadline = deadline(configuration)
         guard now >= deadline else { return nil }
-        if let walk, counts(walk, configuration) { return nil }
+        if let walk, motionWalkCounts(walk, configuration) { return nil }
         if let start = footsteps.candidate, start < deadline, now < start + configuration.walkConfirmS { return nil }
         return TaxiCheckout(
             device: checkin.device, checkinSeq: checkin.seq, checkinTime: checkin.time,
