@@ -240,8 +240,10 @@ public final class Journal: Sendable {
         self.writer = WriterState(fd: fd, keys: keys)
         // A journal of one file from before segments, or a bigger segment size before: seal now.
         sealIfFull()
-        let thread = Thread { [self] in writerLoop() }
-        thread.name = "journal-writer"
+        let thread = Thread { [self] in
+            Thread.current.name = "journal-writer"  // from the thread itself, or Linux never sees it
+            writerLoop()
+        }
         thread.start()
     }
 

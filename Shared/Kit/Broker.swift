@@ -34,6 +34,7 @@ public final class Broker: Service, Sendable {
         let (finished, finishedContinuation) = AsyncStream.makeStream(of: Void.self)
         if let allowedClientKey { try startZAP(allowing: allowedClientKey) }
         let thread = Thread { [context, endpoints, logger] in
+            Thread.current.name = "zmq-proxy"  // from the thread itself, or Linux never sees it
             defer { finishedContinuation.finish() }
             let frontend: ZMQSocket, backend: ZMQSocket
             do {
@@ -59,7 +60,6 @@ public final class Broker: Service, Sendable {
             frontend.close()
             backend.close()
         }
-        thread.name = "zmq-proxy"
         thread.start()
         for await result in bound { try result.get() }
         logger.info("bus up", metadata: ["in": "\(endpoints.in.address)", "out": "\(endpoints.out.address)"])
@@ -77,6 +77,7 @@ public final class Broker: Service, Sendable {
         nonisolated(unsafe) let handler = zap  // owned by the thread below from here on
         let logger = logger
         let thread = Thread {
+            Thread.current.name = "zmq-zap"  // from the thread itself, or Linux never sees it
             defer { handler.close() }
             // A blocking receive on a thread of its own; context shutdown ends it with ETERM.
             while let request = try? handler.receive(dontWait: false) {
@@ -87,7 +88,6 @@ public final class Broker: Service, Sendable {
                 _ = try? handler.send([request[0], request[1], Array((allowed ? "200" : "400").utf8), Array((allowed ? "OK" : "client key not allowed").utf8), [], []], dontWait: false)
             }
         }
-        thread.name = "zmq-zap"
         thread.start()
     }
 }

@@ -149,8 +149,10 @@ public final class MQTTClient: Sendable {
         guard fd >= 0 else { throw MQTTError("eventfd: \(String(cString: strerror(errno)))") }
         wakeFD = fd
         let connection = try Connection(configuration)
-        let thread = Thread { [self] in run(connection) }
-        thread.name = "mqtt-\(configuration.clientID)"
+        let thread = Thread { [self, clientID = configuration.clientID] in
+            Thread.current.name = String("mqtt-\(clientID)".utf8.prefix(15))  // the OS keeps 15 bytes
+            run(connection)
+        }
         thread.start()
     }
 

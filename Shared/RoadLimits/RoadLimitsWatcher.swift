@@ -42,13 +42,13 @@ public final class RoadLimitsWatcher: Sendable {
         self.onChange = onChange
         refresh()
         let thread = Thread { [weak self] in
+            Thread.current.name = "road-limits"  // from the thread itself, or Linux never sees it
             let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
             // Holds the watcher only while checking, so that it can go away between checks.
             repeat {
                 Thread.sleep(forTimeInterval: max(seconds, 0.05))
             } while self.map { $0.refresh(); return true } ?? false
         }
-        thread.name = "road-limits"
         thread.start()
     }
 

@@ -49,8 +49,12 @@ public final class ZMQLoop: Sendable {
         let fd = drivebus_eventfd()
         precondition(fd >= 0, "eventfd failed: errno \(errno)")
         wakeFD = fd
-        let thread = Thread { [self] in runLoop() }
-        thread.name = "zmq-\(name)"
+        let thread = Thread { [self] in
+            // Set from the thread itself: on Linux, a name set before `start` never reaches the
+            // OS (top -H, perf), which keeps 15 bytes of it.
+            Thread.current.name = String("zmq-\(name)".utf8.prefix(15))
+            runLoop()
+        }
         thread.start()
     }
 

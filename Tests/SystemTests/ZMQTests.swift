@@ -308,6 +308,16 @@ struct Messages {
         _ = await serving.value
     }
 
+    @Test func theLoopThreadCarriesItsNameForTheOS() async throws {
+        // What top -H, ps -L and perf show; longer names are cut to Linux's 15 bytes.
+        for (name, expected) in [("ingest", "zmq-ingest"), ("a-very-long-name", "zmq-a-very-long")] {
+            let loop = ZMQLoop(name: name)
+            let comm = try await loop.perform { _ in try String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8) }
+            #expect(comm.trimmingCharacters(in: .newlines) == expected)
+            await loop.shutdown()
+        }
+    }
+
     @Test func shutdownFinishesStreamsAndRefusesLaterWork() async throws {
         let dir = TempDir()
         let loop = ZMQLoop(name: "stop")

@@ -201,6 +201,7 @@ private func stream(_ export: StatsExport, _ query: StatsQuery, store: StatsStor
         let pipe = ChunkPipe(capacity: buffered)
         gate.enter()
         let thread = Thread {
+            Thread.current.name = "stats-export"  // from the thread itself, or Linux never sees it
             defer { gate.leave() }
             do {
                 try store.export(export, query, chunkBytes: chunkBytes) { chunk in
@@ -211,7 +212,6 @@ private func stream(_ export: StatsExport, _ query: StatsQuery, store: StatsStor
                 pipe.finish(error)
             }
         }
-        thread.name = "stats-export"
         thread.start()
         do {
             while let chunk = try await pipe.next() {
