@@ -88,7 +88,7 @@ let package = Package(
         .target(name: "DrivebusJournal", dependencies: ["DrivebusSchema", "CLibZ", "CDrivebusSupport", deque], path: "Shared/Journal"),
         .target(name: "DrivebusGeo", path: "Shared/Geo"),
         // Posted speed limits of roads: the on-disk index, and matching a drive to its roads.
-        .target(name: "DrivebusRoadLimits", dependencies: ["CLibZ"], path: "Shared/RoadLimits"),
+        .target(name: "DrivebusRoadLimits", dependencies: ["CLibZ", "CDrivebusSupport"], path: "Shared/RoadLimits"),
         // OpenStreetMap extracts (PBF on swift-protobuf and zlib, XML on libxml2) read into that index.
         .target(
             name: "DrivebusOSM",
@@ -115,7 +115,7 @@ let package = Package(
             ],
             path: "Services/Stats/Store"
         ),
-        .target(name: "StatsHTTP", dependencies: ["StatsCore", "StatsStore", hummingbird], path: "Services/Stats/HTTP"),
+        .target(name: "StatsHTTP", dependencies: ["StatsCore", "StatsStore", "CDrivebusSupport", hummingbird], path: "Services/Stats/HTTP"),
         // The whole config file: the process settings plus every service's section.
         .target(
             name: "DrivebusConfiguration",

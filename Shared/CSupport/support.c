@@ -2,9 +2,11 @@
 #include "drivebus_support.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -63,4 +65,11 @@ int drivebus_thread_in_background(void) {
     // ioprio_set has no glibc wrapper: class IDLE (3) in the top bits, `who` 0 the calling thread.
     int disk = (int)syscall(SYS_ioprio_set, 1 /* IOPRIO_WHO_PROCESS */, 0, 3 << 13);
     return scheduled == 0 && disk == 0 ? 0 : -1;
+}
+
+int drivebus_thread_name(const char *name) {
+    char cut[16];
+    strncpy(cut, name, sizeof cut - 1);
+    cut[sizeof cut - 1] = 0;
+    return pthread_setname_np(pthread_self(), cut);
 }

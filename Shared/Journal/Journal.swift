@@ -1,3 +1,4 @@
+import CDrivebusSupport
 import CLibZ
 import DrivebusSchema
 import Foundation
@@ -241,7 +242,7 @@ public final class Journal: Sendable {
         // A journal of one file from before segments, or a bigger segment size before: seal now.
         sealIfFull()
         let thread = Thread { [self] in
-            Thread.current.name = "journal-writer"  // from the thread itself, or Linux never sees it
+            _ = drivebus_thread_name("journal-writer")
             writerLoop()
         }
         thread.start()

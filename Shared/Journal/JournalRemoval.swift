@@ -87,7 +87,7 @@ extension Journal {
             // segments), at the lowest priority for the CPU and the disk. Both settings stay
             // with the thread, which ends with the removal.
             let thread = Thread { [self] in
-                Thread.current.name = "journal-compact"  // from the thread itself, or Linux never sees it
+                _ = drivebus_thread_name("journal-compact")
                 // Should the system refuse (a seccomp profile), the rewrite still runs, paced.
                 _ = drivebus_thread_in_background()
                 Self.oneRemovalAtATime.withLock { _ in

@@ -1,3 +1,4 @@
+import CDrivebusSupport
 import DrivebusSettings
 import DrivebusZMQ
 import Foundation
@@ -34,7 +35,7 @@ public final class Broker: Service, Sendable {
         let (finished, finishedContinuation) = AsyncStream.makeStream(of: Void.self)
         if let allowedClientKey { try startZAP(allowing: allowedClientKey) }
         let thread = Thread { [context, endpoints, logger] in
-            Thread.current.name = "zmq-proxy"  // from the thread itself, or Linux never sees it
+            _ = drivebus_thread_name("zmq-proxy")
             defer { finishedContinuation.finish() }
             let frontend: ZMQSocket, backend: ZMQSocket
             do {
@@ -77,7 +78,7 @@ public final class Broker: Service, Sendable {
         nonisolated(unsafe) let handler = zap  // owned by the thread below from here on
         let logger = logger
         let thread = Thread {
-            Thread.current.name = "zmq-zap"  // from the thread itself, or Linux never sees it
+            _ = drivebus_thread_name("zmq-zap")
             defer { handler.close() }
             // A blocking receive on a thread of its own; context shutdown ends it with ETERM.
             while let request = try? handler.receive(dontWait: false) {

@@ -150,7 +150,7 @@ public final class MQTTClient: Sendable {
         wakeFD = fd
         let connection = try Connection(configuration)
         let thread = Thread { [self, clientID = configuration.clientID] in
-            Thread.current.name = String("mqtt-\(clientID)".utf8.prefix(15))  // the OS keeps 15 bytes
+            _ = drivebus_thread_name("mqtt-\(clientID)")
             run(connection)
         }
         thread.start()

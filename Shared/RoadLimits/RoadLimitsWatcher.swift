@@ -1,3 +1,4 @@
+import CDrivebusSupport
 import Foundation
 import Synchronization
 
@@ -42,7 +43,7 @@ public final class RoadLimitsWatcher: Sendable {
         self.onChange = onChange
         refresh()
         let thread = Thread { [weak self] in
-            Thread.current.name = "road-limits"  // from the thread itself, or Linux never sees it
+            _ = drivebus_thread_name("road-limits")
             let seconds = Double(interval.components.seconds) + Double(interval.components.attoseconds) / 1e18
             // Holds the watcher only while checking, so that it can go away between checks.
             repeat {

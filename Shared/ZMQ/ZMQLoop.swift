@@ -50,9 +50,7 @@ public final class ZMQLoop: Sendable {
         precondition(fd >= 0, "eventfd failed: errno \(errno)")
         wakeFD = fd
         let thread = Thread { [self] in
-            // Set from the thread itself: on Linux, a name set before `start` never reaches the
-            // OS (top -H, perf), which keeps 15 bytes of it.
-            Thread.current.name = String("zmq-\(name)".utf8.prefix(15))
+            _ = drivebus_thread_name("zmq-\(name)")
             runLoop()
         }
         thread.start()

@@ -1,3 +1,4 @@
+import CDrivebusSupport
 import Foundation
 import Hummingbird
 import NIOCore
@@ -201,7 +202,7 @@ private func stream(_ export: StatsExport, _ query: StatsQuery, store: StatsStor
         let pipe = ChunkPipe(capacity: buffered)
         gate.enter()
         let thread = Thread {
-            Thread.current.name = "stats-export"  // from the thread itself, or Linux never sees it
+            _ = drivebus_thread_name("stats-export")
             defer { gate.leave() }
             do {
                 try store.export(export, query, chunkBytes: chunkBytes) { chunk in

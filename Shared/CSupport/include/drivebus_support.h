@@ -22,4 +22,9 @@ int drivebus_eventfd_drain(int fd);
 /// job. Returns 0, or -1 with errno set when either could not be set.
 int drivebus_thread_in_background(void);
 
+/// Names the calling thread for the OS (top -H, ps -L, perf), cut to Linux's 15 bytes. Foundation's
+/// `Thread.name` does not do it reliably on Linux: set before `start` it never reaches the OS, and
+/// set from the thread it races with `start`. Returns 0, or an error number.
+int drivebus_thread_name(const char *name);
+
 #endif
