@@ -199,12 +199,16 @@ struct CheckoutBench: ParsableCommand {
     }
 
     /// The check-outs of one ride fed with its samples numbered from seq 2, the check-in being
-    /// seq 1.
+    /// seq 1; motion samples from before the check-in (the activity in progress) come first,
+    /// unnumbered.
     static func replay(_ configuration: CheckoutConfiguration, checkin: Date, samples: [Sample], ticks: Ticks) -> [TaxiCheckout] {
         var detector = CheckoutDetector(configuration: configuration)
+        // What the phone sent before the check-in (the activity in progress) comes before it.
+        let earlier = samples.prefix { $0.time < checkin }
+        for case .motion(let motion) in earlier { _ = detector.handle(.motion(motion)) }
         var out = detector.handle(.checkin(TaxiCheckin(seq: 1, device: "rider", time: checkin)))
         var clock = checkin
-        for (index, sample) in samples.enumerated() {
+        for (index, sample) in samples.enumerated().dropFirst(earlier.count) {
             if case .everySecond = ticks {
                 while clock + 1 <= sample.time {
                     clock += 1

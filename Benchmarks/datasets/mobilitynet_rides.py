@@ -35,7 +35,7 @@ mobilitynet-LEG-YYYYMMDD-HHMM-PHONE (the check-in, UTC; PHONE e.g. ios-2), `-jam
 
 Each ride also gets NAME.motion.csv (`start,activity,confidence`): the phone's activity
 recognition samples (`background~motion_activity`) from the check-in to the ride's cut, in time
-order; a sample lasts until the next one starts, so a sample repeating the one before (same
+order, after the one in progress at the check-in (the last within 10 minutes before it); a sample lasts until the next one starts, so a sample repeating the one before (same
 activity and confidence) is left out. `activity` is stationary, walking, running, automotive,
 cycling or unknown. iOS (CMMotionActivity: `data.ts`, booleans): the first true of running,
 walking, cycling, automotive, stationary, unknown (none true: unknown); `confidence` as given.
@@ -56,6 +56,7 @@ A ride's dataset names the spec, phone, role, sensing configuration, platform an
 import datetime, glob, json, math, os, statistics, sys
 
 KEEP_AFTER_S = 600
+BEFORE_S = 600         # how far back the motion sample in progress at the check-in is looked for
 MAX_MEDIAN_DT_S = 10   # sampling of the car part, for a negative ride
 SLOW_MPS = 2.0
 SLOW_MIN_S = 60
@@ -147,11 +148,11 @@ ANDROID_ACTIVITIES = {0: "automotive", 1: "cycling", 2: "walking", 3: "stationar
 
 def read_motion(data, phone, spec_id, platform, start, end):
     """(t, activity, confidence) of the phone's motion samples in [start, end], in time order,
-    repeats left out (see the docstring)."""
+    repeats left out (see the docstring), after the one in progress at `start` (within 10 min)."""
     samples = []
     for path in glob.glob(os.path.join(data, phone, spec_id, "background~motion_activity", "*.json")):
         first, last = (int(x) for x in os.path.basename(path)[:-5].split("_"))
-        if last + 60 < start or end < first - 60:
+        if last + 60 < start - BEFORE_S or end < first - 60:
             continue
         for e in load(path):
             d = e["data"]
@@ -162,8 +163,10 @@ def read_motion(data, phone, spec_id, platform, start, end):
                 c = d.get("zzbhC", 0)
                 samples.append((e["metadata"]["write_ts"], ANDROID_ACTIVITIES[d["zzbhB"]],
                                 "high" if c >= 75 else "medium" if c >= 50 else "low"))
+    samples.sort()
+    before = [s for s in samples if start - BEFORE_S <= s[0] < start][-1:]
     out = []
-    for sample in sorted(s for s in samples if start <= s[0] <= end):
+    for sample in before + [s for s in samples if start <= s[0] <= end]:
         if not out or out[-1][1:] != sample[1:]:
             out.append(sample)
     return out
