@@ -16,8 +16,9 @@ import Synchronization
 ///   less often. A tick that derived nothing is saved only every `idleCheckpointInterval`:
 ///   after a restart the next tick does the same again, and a system at rest does not rewrite
 ///   and sync four files every second.
-/// `live` tells the core whether a message came straight off the bus or from a replay, which is
-/// what keeps a replayed fix from opening a gate.
+/// `live` tells the core whether a message came straight off the bus or from a replay. (The
+/// geofence does not use it to keep gates shut: it opens a gate for a recent fix from a phone,
+/// live or replayed after a crash, and never for an old or imported one.)
 public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable {
     /// What is checkpointed: the core's state and the last journal seq it has seen (including
     /// messages of types the core ignores).

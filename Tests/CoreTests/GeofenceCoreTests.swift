@@ -350,6 +350,23 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(calls.count == 2 && calls[1].time.timeIntervalSince(calls[0].time) >= 300)
     }
 
+    @Test func aFixDatedADayAheadDoesNotKeepTheGateShut() {
+        // A phone sends a pass dated 22 hours ahead of the service's clock (ingest takes up to a
+        // day ahead): it enters, and it opens the gate, as a live arrival does.
+        var feed = GeofenceFeed()
+        _ = feed.drive(from: -105, to: -5, start: 80_000, lag: -79_999)
+        // Then correctly dated fixes: out of the zone and back in, ten minutes apart.
+        let back = feed.drive(from: -5, to: 295, start: 60) + 600
+        let end = feed.drive(from: 295, to: -5, start: back)
+        let outputs = geofenceRun(feed, configuration)
+        // They are not stragglers behind the wrong time, and its firing holds no cooldown.
+        #expect(geofenceEvents(outputs) == ["enter gate", "exit gate", "enter gate"])
+        let times = geofenceCalls(outputs).map(\.time)
+        #expect(times.count == 2)
+        #expect(times.first.map { $0 > geofenceT0 + 80_000 && $0 <= geofenceT0 + 80_010 } == true)
+        #expect(times.last.map { $0 > geofenceT0 + back && $0 <= geofenceT0 + end } == true)
+    }
+
     @Test func replayedAndStalePassesChangeStateButCallNobody() {
         var replayed = GeofenceFeed()
         _ = replayed.drive(from: -105, to: -5, start: 0, live: false)

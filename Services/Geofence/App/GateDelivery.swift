@@ -16,7 +16,10 @@ final class GateDelivery: Service, Sendable {
     private let gates: [String: Gate]
     private let sender: WebhookSender
     private let (wakeups, wake) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-    private let inFlight = Mutex<Set<String>>([])
+    /// The calls being attempted, and how many attempts have ended. A list of due calls read
+    /// before an attempt ended is stale: that call may have been delivered, refused or put off
+    /// since, and must not be started again from the old row.
+    private let attempts = Mutex<(inFlight: Set<String>, ended: Int)>(([], 0))
     /// Calls known to be delivered, even if recording that in the outbox failed.
     private let delivered = Mutex<Set<String>>([])
 
@@ -78,9 +81,21 @@ final class GateDelivery: Service, Sendable {
         var timer: Task<Void, Never>?
         try await withThrowingDiscardingTaskGroup { group in
             for await _ in wakeups.cancelOnGracefulShutdown() {
+                let endedBefore = attempts.withLock { $0.ended }
                 let due = (try? await outbox.pending(dueBy: Date())) ?? []
-                for entry in due where inFlight.withLock({ $0.insert(entry.key).inserted }) {
-                    group.addTask { await self.attempt(entry) }
+                for entry in due {
+                    let start = attempts.withLock { attempts -> Bool? in
+                        guard attempts.ended == endedBefore else { return nil }
+                        return attempts.inFlight.insert(entry.key).inserted
+                    }
+                    guard let start else {
+                        wake.yield()  // an attempt ended since the list was read: read it again
+                        break
+                    }
+                    // An attempt is not cancelled with the service (a sibling that failed cancels
+                    // the group): one the gate already answered, cut short before its outcome is
+                    // recorded, would be sent again at the next start.
+                    if start { group.addTask { await Task { await self.attempt(entry) }.value } }
                 }
                 // Wake again when the next retry is due (a new call wakes us sooner).
                 let next = (try? await outbox.nextAttempt()) ?? nil
@@ -99,7 +114,12 @@ final class GateDelivery: Service, Sendable {
     }
 
     private func attempt(_ entry: OutboxEntry) async {
-        defer { inFlight.withLock { _ = $0.remove(entry.key) } }
+        defer {
+            attempts.withLock { attempts in
+                attempts.inFlight.remove(entry.key)
+                attempts.ended += 1
+            }
+        }
         guard let gate = gates[entry.gate] else {
             await finish(entry, state: .failed, status: nil, error: "gate \(entry.gate) is no longer configured")
             return

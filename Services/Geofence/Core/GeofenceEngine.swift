@@ -3,7 +3,8 @@ import DrivebusSchema
 import Foundation
 
 public enum GeofenceInput: Sendable, Equatable {
-    /// A fix from the bus (`live: true`) or from a replay of the journal (`live: false`).
+    /// A fix; `live` says whether it may open a gate. The service passes false for a fix from
+    /// `drivebus import`, whether it arrives off the bus or by replay.
     case fix(Fix, live: Bool)
     case motion(MotionSample)
     /// The clock, every few seconds: gives a device that stopped reporting inside a zone its dwell.
@@ -157,8 +158,10 @@ public struct GeofenceEngine: Sendable, Codable {
         let slot = slot(for: fix.device)
         if Self.isSane(now) { devices[slot].lastSeenAt = now }
         let previous = devices[slot].lastFix
-        // A straggler behind a newer fix would make the device jump back and forth.
-        if let previous, time < previous.time { return [] }
+        // A straggler behind a newer fix would make the device jump back and forth. A "newer" fix
+        // dated ahead of the clock is a clock error (ingest takes fixes up to a day ahead): it
+        // must not turn every fix of the next day into a straggler, and so keep the gate shut.
+        if let previous, time < previous.time, !Self.isAhead(previous.time, of: now) { return [] }
         let here = DeviceState.Position(time: time, lat: fix.lat, lon: fix.lon, seq: fix.seq)
         devices[slot].lastFix = here
         let point = Coordinate(lat: fix.lat, lon: fix.lon)
@@ -237,7 +240,7 @@ public struct GeofenceEngine: Sendable, Codable {
         let time = fix.time.timeIntervalSince1970
         guard gate.on.rawValue == event.rawValue,
               compiled.devices?.contains(fix.device) ?? true,
-              live,  // a replayed fix changes state but never opens a gate
+              live,  // an imported fix changes state but never opens a gate
               now - time <= gate.maxAgeS  // nor does a stale one (false for NaN)
         else { return nil }
         let speed = Self.speed(fix, previous: previous)
@@ -251,7 +254,9 @@ public struct GeofenceEngine: Sendable, Codable {
         if let last {
             let firing = devices[slot].firings[last]
             if let seq = fix.seq, firing.seq == seq { return nil }  // never twice for one fix
-            guard time - firing.time >= gate.cooldownS else { return nil }
+            // A firing dated ahead of the clock came from a fix with a wrong time: it does not
+            // hold the gate shut until the clock gets there.
+            guard time - firing.time >= gate.cooldownS || Self.isAhead(firing.time, of: now) else { return nil }
         }
         let firing = DeviceState.Firing(gateID: gate.id, gate: gateIndex, time: time, seq: fix.seq)
         if let last { devices[slot].firings[last] = firing } else { devices[slot].firings.append(firing) }
@@ -327,6 +332,14 @@ public struct GeofenceEngine: Sendable, Codable {
 
     /// Within about ±3000 years of 1970: beyond, time arithmetic and formatting stop making sense.
     static func isSane(_ time: Double) -> Bool { abs(time) < 1e11 }
+
+    /// How far ahead of the service's clock a fix may be dated before its time counts as wrong:
+    /// more than a phone's and a server's clocks disagree by when both keep time.
+    static let clockSkewS = 300.0
+
+    /// Whether `time` lies ahead of the clock `now` by more than `clockSkewS` (false when the
+    /// clock is not known).
+    static func isAhead(_ time: Double, of now: Double) -> Bool { isSane(now) && time > now + clockSkewS }
 
     /// The fix's seq, or for a fix that has none (not from the journal) its time in milliseconds.
     static func fixKey(seq: UInt64?, time: Double) -> String {
