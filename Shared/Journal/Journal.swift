@@ -166,6 +166,10 @@ public final class Journal: Sendable {
         var keys: Set<DedupKey>
         /// Open index files of sealed segments, for dedup lookups, with the file each is.
         var indexFiles: [String: (fd: Int32, inode: UInt64)] = [:]
+        /// Set when a failed write could not be cut back off the file: the file then holds bytes
+        /// the writer does not account for, and the next records would be numbered over them.
+        /// Every later append is refused; the scan at the next start finds what the file holds.
+        var unsound: Failure?
 
         init(fd: Int32, keys: Set<DedupKey>) {
             self.fd = fd
@@ -557,6 +561,10 @@ public final class Journal: Sendable {
     }
 
     private func commit(_ batches: [Pending]) {
+        if let unsound = writer.unsound {
+            for batch in batches { batch.reply(.failure(unsound)) }
+            return
+        }
         // Only the numbers and the sealed list: a copy of the active offsets would keep them
         // alive, and the append below would then copy them all.
         let (before, sealed, keyTimes) = segments.withLock {
@@ -597,7 +605,9 @@ public final class Journal: Sendable {
 
         if !bytes.isEmpty, let failure = writeAndSync(bytes) {
             // Nothing of this group was acknowledged: cut the file back and refuse it all.
-            _ = ftruncate(writer.fd, off_t(before.end))
+            if ftruncate(writer.fd, off_t(before.end)) != 0 {
+                writer.unsound = .io("a failed write could not be cut back (\(String(cString: strerror(errno)))): restart ingest")
+            }
             for key in newKeys { writer.keys.remove(key) }
             for batch in batches { batch.reply(.failure(failure)) }
             return

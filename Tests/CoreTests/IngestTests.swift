@@ -220,6 +220,26 @@ struct IngestHarness {
 }
 
 @Suite struct IngestClientTests {
+    /// A stop that is refused (its time is before 2000) must not forget the open session: the
+    /// next stop still names it.
+    @Test func aRefusedSessionStopLeavesTheSessionOpen() async throws {
+        let harness = try IngestHarness()
+        let started = await harness.send("POST", "/api/v1/sessions/start", body: #"{"candidate":"Jane"}"#)
+        #expect(started.status == 200)
+        let refused = await harness.send("POST", "/api/v1/sessions/stop", body: #"{"time":"1999-01-01T00:00:00Z"}"#)
+        #expect(refused.status == 400)
+        #expect(harness.published.count == 1)
+        #expect(await harness.send("POST", "/api/v1/sessions/stop", body: "").status == 200)
+        let entries = harness.published.all
+        #expect(entries.map(\.topic) == ["session.started.car", "session.stopped.car"])
+        let stopped = try BusJSON.decode(SessionStopped.self, from: entries[1].payload)
+        #expect(stopped.sessionID == JournalRecord.sessionID(device: "car", seq: 1))
+        // Once stopped, it is forgotten: another stop names no session.
+        #expect(await harness.send("POST", "/api/v1/sessions/stop", body: "").status == 200)
+        #expect(try BusJSON.decode(SessionStopped.self, from: harness.published.all[2].payload).sessionID == "")
+        harness.journal.shutdown()
+    }
+
     @Test func osmandFixturesAreDecodedAsTraccarDoes() async throws {
         let now = Date(timeIntervalSince1970: 1_763_700_000)
         let rows = String(decoding: try fixture("osmand.tsv"), as: UTF8.self).split(separator: "\n").map { $0.split(separator: "\t", omittingEmptySubsequences: false).map(String.init) }

@@ -338,8 +338,11 @@ struct ClientParsers: Sendable {
             try normalizer.checkTime(end.value, field: end.field)
             guard end.value >= start.value else { throw IngestError.invalid(end.field, "is before start") }
             let lat = try fields.requiredDouble("lat"), lon = try fields.requiredDouble("lon")
-            guard lat.value.isFinite, lon.value.isFinite, (-90...90).contains(lat.value), (-180...180).contains(lon.value) else {
-                throw IngestError.invalid(fields.name("lat"), "lat and lon must be a position on Earth")
+            guard lat.value.isFinite, (-90...90).contains(lat.value) else {
+                throw IngestError.invalid(fields.name("lat"), "latitude must be from -90 to 90, got \(lat.value)")
+            }
+            guard lon.value.isFinite, (-180...180).contains(lon.value) else {
+                throw IngestError.invalid(fields.name("lon"), "longitude must be from -180 to 180, got \(lon.value)")
             }
             return JournalRecord(.visit(Visit(
                 device: device, start: Normalizer.milliseconds(start.value), end: Normalizer.milliseconds(end.value), lat: lat.value, lon: lon.value,

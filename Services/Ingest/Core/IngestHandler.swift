@@ -215,9 +215,12 @@ public final class IngestHandler: Sendable {
 
     private func sessionStop(_ request: IngestRequest) async throws -> IngestResponse {
         let device = try authenticate(request, parameters: try queryParameters(request))
-        let open = sessions.withLock { $0.removeValue(forKey: device) }
+        let open = sessions.withLock { $0[device] }
         let outcomes = try await store(try parsers.sessionStop(request.body, device: device, open: open))
         guard case .journaled(let seq)? = outcomes.first else { throw IngestError.invalid("body", "the session was not stopped") }
+        // Forgotten once the stop is journaled: a refused stop leaves the session open, so the
+        // next stop still names it. (A session started meanwhile is not the one stopped.)
+        sessions.withLock { if $0[device] == open { $0[device] = nil } }
         return .json(#"{"last_seq":\#(seq)}"#)
     }
 
