@@ -276,12 +276,61 @@ public struct JSONReader {
         return (start, end, plain)
     }
 
-    /// Rare: let Foundation handle escapes, including surrogate pairs.
+    /// Decodes the escapes of a string scanned from `start` to `end` (its closing quote):
+    /// `\"` `\\` `\/` `\b` `\f` `\n` `\r` `\t` and `\uXXXX`, a surrogate pair as one
+    /// character. Anything else, or a lone surrogate, is an invalid escape. (Foundation's decoder,
+    /// once made per string here, made a body of many escaped strings slow to even skip.)
     private func unescape(_ start: Int, _ end: Int) throws(Failure) -> String {
-        guard let text = try? JSONDecoder().decode(String.self, from: Data(bytes[(start - 1)...end])) else {
-            throw failure("invalid string escape")
+        func hex(at position: Int) -> UInt32? {
+            guard position + 4 <= end else { return nil }
+            var value: UInt32 = 0
+            for byte in bytes[position..<(position + 4)] {
+                switch byte {
+                case UInt8(ascii: "0")...UInt8(ascii: "9"): value = value << 4 | UInt32(byte - UInt8(ascii: "0"))
+                case UInt8(ascii: "a")...UInt8(ascii: "f"): value = value << 4 | UInt32(byte - UInt8(ascii: "a") + 10)
+                case UInt8(ascii: "A")...UInt8(ascii: "F"): value = value << 4 | UInt32(byte - UInt8(ascii: "A") + 10)
+                default: return nil
+                }
+            }
+            return value
         }
-        return text
+        var text: [UInt8] = []
+        text.reserveCapacity(end - start)
+        var position = start
+        while position < end {
+            let byte = bytes[position]
+            guard byte == UInt8(ascii: "\\") else {
+                text.append(byte)
+                position += 1
+                continue
+            }
+            guard position + 1 < end else { throw failure("invalid string escape") }
+            let escaped = bytes[position + 1]
+            position += 2
+            switch escaped {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), UInt8(ascii: "/"): text.append(escaped)
+            case UInt8(ascii: "b"): text.append(0x08)
+            case UInt8(ascii: "f"): text.append(0x0C)
+            case UInt8(ascii: "n"): text.append(0x0A)
+            case UInt8(ascii: "r"): text.append(0x0D)
+            case UInt8(ascii: "t"): text.append(0x09)
+            case UInt8(ascii: "u"):
+                guard var value = hex(at: position) else { throw failure("invalid string escape") }
+                position += 4
+                if (0xD800...0xDBFF).contains(value) {
+                    guard position + 1 < end, bytes[position] == UInt8(ascii: "\\"), bytes[position + 1] == UInt8(ascii: "u"),
+                          let low = hex(at: position + 2), (0xDC00...0xDFFF).contains(low)
+                    else { throw failure("invalid string escape: a lone surrogate") }
+                    position += 6
+                    value = 0x10000 + ((value - 0xD800) << 10) + (low - 0xDC00)
+                }
+                guard let scalar = Unicode.Scalar(value) else { throw failure("invalid string escape: a lone surrogate") }
+                text.append(contentsOf: UTF8.encode(scalar)!)
+            default:
+                throw failure("invalid string escape")
+            }
+        }
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// One pass validates the JSON number grammar and gathers the digits. Clinger's fast path

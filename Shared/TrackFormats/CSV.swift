@@ -160,9 +160,16 @@ final class CSVTrackReader: FormatReader {
     static func cells(_ line: ArraySlice<UInt8>) -> [ArraySlice<UInt8>] {
         var cells: [ArraySlice<UInt8>] = []
         var current: [UInt8] = []
+        // Whether `current` holds only spaces and tabs: kept as bytes arrive, since checking it at
+        // every quote made a line of many quotes quadratic.
+        var currentIsBlank = true
         var quoted = false
         var index = line.startIndex
         var wasQuoted = false
+        func append(_ byte: UInt8) {
+            current.append(byte)
+            if byte != 0x20 && byte != 0x09 { currentIsBlank = false }
+        }
         func finish() {
             var cell = current[...]
             if !wasQuoted {
@@ -171,6 +178,7 @@ final class CSVTrackReader: FormatReader {
             }
             cells.append(cell)
             current.removeAll(keepingCapacity: true)
+            currentIsBlank = true
             wasQuoted = false
         }
         while index < line.endIndex {
@@ -179,24 +187,25 @@ final class CSVTrackReader: FormatReader {
             if quoted {
                 if byte == UInt8(ascii: "\"") {
                     if index < line.endIndex, line[index] == UInt8(ascii: "\"") {
-                        current.append(byte)
+                        append(byte)
                         index += 1
                     } else {
                         quoted = false
                     }
                 } else {
-                    current.append(byte)
+                    append(byte)
                 }
             } else if byte == UInt8(ascii: ",") {
                 finish()
-            } else if byte == UInt8(ascii: "\""), current.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) {
+            } else if byte == UInt8(ascii: "\""), currentIsBlank {
                 current.removeAll(keepingCapacity: true)
+                currentIsBlank = true
                 quoted = true
                 wasQuoted = true
             } else if wasQuoted, byte == 0x20 || byte == 0x09 {
                 continue  // spaces after a closing quote
             } else {
-                current.append(byte)
+                append(byte)
             }
         }
         finish()

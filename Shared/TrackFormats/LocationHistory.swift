@@ -145,8 +145,8 @@ final class LocationHistoryReader: FormatReader {
         guard case .object(let place)? = visit["location"], case .object(let duration)? = visit["duration"],
               let position = try e7(place, "latitudeE7", "longitudeE7", location + ".location") else { return nil }
         let here = location + ".duration"
-        guard let start = try time(duration["startTimestamp"] ?? duration["startTimestampMs"], here),
-              let end = try time(duration["endTimestamp"] ?? duration["endTimestampMs"], here) else { return nil }
+        guard let start = try time(duration["startTimestamp"] ?? duration["startTimestampMs"], here + ".startTimestamp"),
+              let end = try time(duration["endTimestamp"] ?? duration["endTimestampMs"], here + ".endTimestamp") else { return nil }
         // One that ends before it starts goes on to ingest, which refuses it by itself and says why.
         return TrackReader.Visit(
             start: start, end: end, lat: position.lat, lon: position.lon, name: label(place["name"]), address: label(place["address"]),
@@ -457,7 +457,8 @@ final class RecorderTrackReader: FormatReader {
             guard let lat = try LocationHistoryReader.number(object["lat"], "lat", location),
                   let lon = try LocationHistoryReader.number(object["lon"], "lon", location)
             else { throw TrackFormatError(location: location, message: "a location needs lat and lon") }
-            guard abs(lat) <= 90, abs(lon) <= 180 else { throw TrackFormatError(location: location, message: "lat/lon out of range") }
+            guard abs(lat) <= 90 else { throw TrackFormatError(location: location, message: "lat: must be from -90 to 90, got \(lat)") }
+            guard abs(lon) <= 180 else { throw TrackFormatError(location: location, message: "lon: must be from -180 to 180, got \(lon)") }
             var point = TrackReader.Point(lat: lat, lon: lon, location: location)
             point.time = try LocationHistoryReader.time(object["tst"], location)
             point.accuracyM = try LocationHistoryReader.number(object["acc"], "acc", location)

@@ -22,6 +22,20 @@ import Testing
         #expect(try BusJSON.decode(Fix.self, from: Array(try foundationJSON(fix).utf8)) == fix)
     }
 
+    /// Escapes decode as Foundation decodes them, and what Foundation refuses is refused.
+    @Test(arguments: [
+        #""plain""#, #""q\"uote \\ slash\/ \b\f\n\r\t""#, #""caf\u00e9 \u00E9 \ud83d\ude97 \u0000""#, #""\u20ac\uFFFF""#,
+        #""\x""#, #""\u12""#, #""\u12g4""#, #""\ud83d""#, #""\ud83d\u0041""#, #""\ude97""#, #""a\""#,
+    ])
+    func stringEscapesDecodeAsFoundationDoes(_ json: String) throws {
+        let foundation = try? JSONDecoder().decode(String.self, from: Data(json.utf8))
+        var reader = JSONReader(Array(json.utf8))
+        let ours = try? reader.readString()
+        #expect(ours == foundation)
+        var skipping = JSONReader(Array(json.utf8))
+        #expect(((try? skipping.skipValue()) != nil) == (foundation != nil))
+    }
+
     @Test func readerSkipsUnknownValuesAndAcceptsWhitespaceAndNulls() throws {
         let json = """
              { "extra": {"deep": [1, -2.5e3, "x\\"y", true, false, null, {"k": []}]},

@@ -89,7 +89,9 @@ func addMap(to router: Router<BasicRequestContext>, store: StatsStore, configura
 private func mapTile(z: Int, x: Int, y: Int) throws(StatsError) -> MapTiles.TileID {
     let tile = MapTiles.TileID(z: z, x: x, y: y)
     guard (0...MapTiles.maxZoom).contains(z) else { throw StatsError.invalid("z", "must be 0 to \(MapTiles.maxZoom)") }
-    guard tile.isValid else { throw StatsError.invalid("x", "x and y must be 0 to \((1 << z) - 1) at zoom \(z)") }
+    let last = (1 << z) - 1
+    guard (0...last).contains(x) else { throw StatsError.invalid("x", "must be 0 to \(last) at zoom \(z)") }
+    guard tile.isValid else { throw StatsError.invalid("y", "must be 0 to \(last) at zoom \(z)") }
     return tile
 }
 
