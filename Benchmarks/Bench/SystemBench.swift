@@ -247,7 +247,10 @@ final class OwnTracksRecorder {
         port = freePort()
         process = Process()
         process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["--storage", store, "--norevgeo", "--quiet", "--port", "0", "--http-host", "127.0.0.1", "--http-port", String(port)]
+        // Its default document root is a system folder it exits without; the store serves instead.
+        process.arguments = [
+            "--storage", store, "--norevgeo", "--quiet", "--port", "0", "--http-host", "127.0.0.1", "--http-port", String(port), "--doc-root", store,
+        ]
         process.standardOutput = FileHandle.nullDevice
         process.standardError = FileHandle.nullDevice
         do { try process.run() } catch {
