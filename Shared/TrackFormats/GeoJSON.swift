@@ -16,17 +16,23 @@ final class GeoJSONTrackReader: FormatReader {
     private var trackCount = 0
     private var line: Line?
 
-    private struct Position {
-        var value: JSONValue
-        var time: JSONValue?
+    /// One line of a track: its positions and times as parsed, and where it is in the document.
+    /// A position's own location is made only when it is read: a string per position made a
+    /// large LineString cost more than its parsed JSON.
+    private struct Part {
+        var positions: [JSONValue]
+        var times: [JSONValue]
         var location: String
     }
 
     private struct Line {
         var index: Int
         var name: String?
-        var positions: [Position]
-        var next = 0
+        var parts: [Part]
+        var pointCount: Int
+        var part = 0
+        var offset = 0
+        var read = 0
     }
 
     init(source: ByteSource, limits: TrackLimits) {
@@ -38,19 +44,25 @@ final class GeoJSONTrackReader: FormatReader {
         if features == nil { features = try Self.features(of: try readAll()) }
         while true {
             if var open = line {
-                guard open.next < open.positions.count else {
+                while open.part < open.parts.count, open.offset >= open.parts[open.part].positions.count {
+                    open.part += 1
+                    open.offset = 0
+                }
+                guard open.part < open.parts.count else {
                     line = nil
-                    return .track(TrackReader.Track(index: open.index, kind: .line, name: open.name, pointCount: open.positions.count))
+                    return .track(TrackReader.Track(index: open.index, kind: .line, name: open.name, pointCount: open.pointCount))
                 }
-                let position = open.positions[open.next]
-                open.next += 1
+                let part = open.parts[open.part], offset = open.offset
+                open.offset += 1
+                open.read += 1
                 line = open
+                let location = "\(part.location)[\(offset)]"
                 func failure(_ message: String) -> TrackFormatError {
-                    TrackFormatError(location: position.location, message: message, track: open.index, trackName: open.name, point: open.next)
+                    TrackFormatError(location: location, message: message, track: open.index, trackName: open.name, point: open.read)
                 }
-                var point = try Self.point(position.value, location: position.location, failure)
+                var point = try Self.point(part.positions[offset], location: location, failure)
                 point.track = open.index
-                if let time = position.time { point.time = try Self.time(time, failure) }
+                if offset < part.times.count { point.time = try Self.time(part.times[offset], failure) }
                 return .point(point)
             }
             guard let features, featureIndex < features.count else { return nil }
@@ -163,14 +175,10 @@ final class GeoJSONTrackReader: FormatReader {
                     break
                 }
             }
-            var positions: [Position] = []
-            for (number, line) in lines.enumerated() {
-                let lineTimes = number < times.count ? times[number] : []
-                for (offset, position) in line.positions.enumerated() {
-                    positions.append(Position(value: position, time: offset < lineTimes.count ? lineTimes[offset] : nil, location: "\(line.location)[\(offset)]"))
-                }
+            let parts = lines.enumerated().map { number, line in
+                Part(positions: line.positions, times: number < times.count ? times[number] : [], location: line.location)
             }
-            line = Line(index: trackCount, name: name, positions: positions)
+            line = Line(index: trackCount, name: name, parts: parts, pointCount: lines.reduce(0) { $0 + $1.positions.count })
             trackCount += 1
             return nil
         default:

@@ -169,6 +169,15 @@ final class Issue9XML: NSObject, XMLParserDelegate {
         // Unnamed routes are numbered.
         let unnamed = try RouteRanking.read(Array(#"{"type":"LineString","coordinates":[[16.3,48.2,200],[16.31,48.2,210]]}"#.utf8))
         #expect(unnamed.map(\.name) == ["route 1"])
+        // GeoJSON is parsed whole: a body of it is taken up to 4 MiB, a GPX body is not held to that.
+        let position = "[16.3,48.2,200],"
+        let count = (RouteRanking.maxGeoJSONBytes - 64) / position.utf8.count
+        let atLimit = #"{"type":"LineString","coordinates":["# + String(repeating: position, count: count) + "[16.31,48.2,210]]}"
+        #expect(atLimit.utf8.count <= RouteRanking.maxGeoJSONBytes)
+        #expect(try RouteRanking.read(Array(atLimit.utf8)).map(\.points.count) == [count + 1])
+        let over = #"{"type":"LineString","coordinates":["# + String(repeating: position, count: count + 8) + "[16.31,48.2,210]]}"
+        let refused = #expect(throws: StatsError.self) { try RouteRanking.read(Array(over.utf8)) }
+        #expect(refused?.message.contains("GeoJSON over 4194304 bytes") == true)
     }
 
     @Test func theHTTPRouteRanksRefusesAndDraws() async throws {

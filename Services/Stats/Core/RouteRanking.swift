@@ -80,7 +80,7 @@ public struct RouteRanking: Sendable, Equatable {
         guard let format = TrackFormat(sniffing: body) else {
             throw invalidBody("expected GPX 1.1 or a GeoJSON FeatureCollection of LineStrings")
         }
-        let routes = try read(TrackReader(format: format, bytes: body))
+        let routes = try read(TrackReader(format: format, bytes: body, limits: TrackLimits(maxGeoJSONBytes: maxGeoJSONBytes)))
         guard !routes.isEmpty else {
             throw StatsError(status: 422, code: "stats.no_routes", message: "body: has no routes (GPX trk or rte, GeoJSON LineString)", field: "body")
         }
@@ -89,6 +89,11 @@ public struct RouteRanking: Sendable, Equatable {
 
     /// The most points all routes of one body may have, before densifying.
     static let maxPostedPoints = 1_000_000
+
+    /// GeoJSON is parsed whole, so a body of it is taken up to 4 MiB (some 150,000 positions);
+    /// GPX streams, up to the body limit. A 16 MiB LineString took stats to 820 MB before it was
+    /// refused for its point count.
+    public static let maxGeoJSONBytes = 4 << 20
 
     static func read(_ reader: TrackReader) throws(StatsError) -> [RouteInput] {
         var routes: [RouteInput] = []
