@@ -38,6 +38,23 @@ public enum JournalPayload: Sendable {
     case visit(Visit)
 }
 
+extension JournalPayload {
+    /// The time the record holds: a fix's, a motion sample's or a stay's start, an event's; nil
+    /// for an import's end, which holds none. What purge and retention go by.
+    public var time: Date? {
+        switch self {
+        case .fix(let fix): fix.time
+        case .motion(let sample): sample.start
+        case .transition(let transition): transition.time
+        case .checkin(let checkin): checkin.time
+        case .importFinished: nil
+        case .sessionStarted(let session): session.time
+        case .sessionStopped(let session): session.time
+        case .visit(let visit): visit.start
+        }
+    }
+}
+
 extension JournalMessage {
     /// The payload decoded by its type; nil for a type this build does not know, or a payload
     /// that does not decode (which ingest never journals).

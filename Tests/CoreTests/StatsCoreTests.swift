@@ -385,7 +385,12 @@ extension JSONValue {
         add("2025-03-11T00:20:00Z", work)
         add("2025-03-11T00:30:00Z", center)
         let store = try StatsStore(.init(path: scratch.database, homes: ["van": Zone(id: "home", shape: .circle(center: center, radiusM: 150))]))
-        try await store.store(fixes.map(statsFixEvent))
+        // As the recorder stores them: each fix with its journal row, the payload held whole.
+        func journalRow(_ fix: Fix) -> StoredEvent {
+            StoredEvent(id: "journal:\(fix.seq!)", type: "fix", device: fix.device, source: "ingest", time: fix.time, payload: BusJSON.encode(fix), fix: fix)
+        }
+        try await store.store(fixes.map(journalRow))
+        #expect(try await store.counts()["events"] == fixes.count)
         let days = try await store.periods(.day, StatsQuery(device: "van"))
         let months = try await store.periods(.month, StatsQuery())
         #expect(days.map(\.fixes) == [fixes.count - 2, 2])
@@ -395,6 +400,8 @@ extension JSONValue {
         // first twenty minutes away, from the 10th's last fix.
         #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 2)
         #expect(try await store.counts()["fixes"] == 2)
+        // Their journal rows, positions and all, went with them.
+        #expect(try await store.counts()["events"] == 2)
         #expect(try await store.periods(.day, StatsQuery(device: "van")) == days)
         #expect(try await store.periods(.month, StatsQuery()) == months)
         // A day starting in the range counts whole; one that does not, not at all.

@@ -157,10 +157,21 @@ private func segmentBytes(_ directory: String) throws -> Data {
 
         let trips = "http://127.0.0.1:\(ports[1])/api/v1/trips?device=car"
         #expect(try await http("GET", trips).body.hasPrefix(#"{"count":1,"#))
+        // The map's trips and its data version, which an open page names in its tile URLs.
+        func map() async throws -> (trips: Int, version: Int) {
+            let answer = try JSONSerialization.jsonObject(with: Data(try await http("GET", "http://127.0.0.1:\(ports[1])/api/v1/map/bounds").body.utf8))
+            let object = try #require(answer as? [String: Any])
+            return (try #require(object["trips"] as? Int), try #require(object["version"] as? Int))
+        }
+        #expect(await eventually(within: .seconds(30)) { (try? await map().trips) == 1 })
+        let mapBefore = try await map()
         let purge = try await run("drivebus", ["purge", "--config", path, "--device", "car", "--from", "2025-11-13", "--to", "2025-11-13"])
         #expect(purge.status == 0, "\(purge.stderr)")
         #expect(purge.stdout.contains("journal: 300 records in 1 segment ("), "\(purge.stdout)")
         #expect(purge.stdout.contains("fixes 300,"), "\(purge.stdout)")
+        // The trip left the map, and the map's version moved: a page draws again with new tiles.
+        let mapAfter = try await map()
+        #expect(mapAfter.trips == 0 && mapAfter.version > mapBefore.version, "\(mapBefore) → \(mapAfter)")
         // The day's trip (started and ended) and its score, from the services' event journals.
         #expect(purge.stdout.contains("""
               trips.events: 2 events
@@ -215,7 +226,7 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(String(decoding: rest, as: UTF8.self) == #"""
             {"complete":true,"device":"bike","events":{"checkout":{"events":0,"rows":{}},"geofence":{"events":0,"rows":{"outbox":0}},\#
             "scorer":{"events":0,"rows":{}},"trips":{"events":1,"rows":{}}},"from":"2025-11-13T00:00:00.000Z","not_reached":{},\#
-            "stats":{"checkouts":0,"devices":1,"events":0,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
+            "stats":{"checkouts":0,"devices":1,"events":100,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
             "map_trips":0,"scores":0,"trips":0,"visits":0},"to":"2025-11-13T23:59:59.999Z"}
             """#)
         #expect(try await csv(ports[1], device: "bike").isEmpty)

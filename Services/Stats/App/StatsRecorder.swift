@@ -188,7 +188,11 @@ final class StatsRecorder: Service, Sendable {
                     return trips + scores
                 }
             } ?? []
-            rows.append(StoredEvent(id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: now, payload: message.payload, fix: fix))
+            // A record's row carries the time it holds, so that purging or expiring that time
+            // finds it (an imported day arrives years after it was recorded).
+            rows.append(StoredEvent(
+                id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: payload?.time ?? now,
+                payload: message.payload, fix: fix))
             rows += derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: now, payload: $0.payload) }
         }
         guard let last = messages.last?.seq else { return }

@@ -1,4 +1,5 @@
 import Foundation
+import DrivebusSchema
 import GRDB
 import StatsCore
 
@@ -20,6 +21,17 @@ extension StatsStore {
                 purged.append((table, db.changesCount))
             }
             let inRange: StatementArguments = [device, low, high]
+            // Stats keeps every journal record it stored as an event row too (`journal:<seq>`,
+            // the whole payload, position included): those go with their records, before the
+            // fixes that find them by seq. Rows stored before they carried their record's own
+            // time carry when they arrived, so a stay, a sample or a phone's transition is found
+            // by the time in its payload (a scan: purges are rare).
+            try db.execute(sql: """
+                DELETE FROM events WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ?1 AND time_ms BETWEEN ?2 AND ?3 AND seq IS NOT NULL)
+                    OR (device = ?1 AND source = 'ingest' AND type IN ('motion', 'client.transition', 'visit')
+                        AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ?4 AND ?5)
+                """, arguments: [device, low, high, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
+            let journalRows = db.changesCount
             try delete("fixes", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
             // Figures kept from expired fixes: a day's go whole if the range touches it.
             try delete("fix_days", "device = ? AND day BETWEEN ? AND ?", [device, PeriodQueries.floorDiv(low, PeriodQueries.dayMs), PeriodQueries.floorDiv(high, PeriodQueries.dayMs)])
@@ -33,9 +45,13 @@ extension StatsStore {
                 UNION SELECT event_id FROM scores WHERE trip_id IN (SELECT value FROM json_each(?))
                 """, arguments: [Self.jsonArray(trips), Self.jsonArray(trips)])
             try delete("events", "(device = ? AND time_ms BETWEEN ? AND ?) OR id IN (SELECT value FROM json_each(?))", [device, low, high, Self.jsonArray(tripEventIDs)])
+            purged[purged.count - 1].rows += journalRows
             for table in ["scores", "map_tiles", "map_trips", "map_pending", "trips"] {
                 try delete(table, "trip_id IN (SELECT value FROM json_each(?))", [Self.jsonArray(trips)])
             }
+            // A map page open meanwhile draws again, and asks for the tiles under a new version
+            // rather than the ones its browser cached with the purged trips on them.
+            if purged.contains(where: { ["map_tiles", "map_trips"].contains($0.table) && $0.rows > 0 }) { try MapLevels.bumpVersion(db) }
             // The device's first and last fix, when the range held either, from what is left (the
             // fixes, and the days kept from expired ones); its battery, when the last fix went.
             // With nothing left, its row goes: the devices list shows it as it shows a new one.
@@ -93,6 +109,10 @@ extension StatsStore {
                             last_lon = CASE WHEN excluded.last_ms > coalesce(last_ms, excluded.last_ms - 1) THEN excluded.last_lon ELSE last_lon END,
                             last_ms = max(coalesce(last_ms, excluded.last_ms), excluded.last_ms)
                         """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS, last?[0] as Int64?, last?[1] as Double?, last?[2] as Double?])
+                    // The fixes' own event rows (`journal:<seq>`, their payloads) go with them.
+                    try db.execute(sql: """
+                        DELETE FROM events WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? AND seq IS NOT NULL)
+                        """, arguments: [device, start, end])
                     try db.execute(sql: "DELETE FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ?", arguments: [device, start, end])
                     return max(db.changesCount, 1)
                 }
