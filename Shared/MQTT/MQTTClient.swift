@@ -200,6 +200,10 @@ public final class MQTTClient: Sendable {
 
     private func run(_ connection: Connection) {
         var delay = configuration.reconnectDelayS.lowerBound
+        // When the connection came up: the backoff starts again only after one that lasted. A
+        // broker that takes the session away at once (another client with the same id) would
+        // otherwise be reconnected to ten times a second, each with a full announcement.
+        var connectedAt: ContinuousClock.Instant?
         var abandoned = false
         loop: while !isStopping {
             guard connection.hasSocket else {
@@ -235,7 +239,7 @@ public final class MQTTClient: Sendable {
             }
             for event in connection.takeEvents() {
                 if case .connected = event {
-                    delay = configuration.reconnectDelayS.lowerBound
+                    connectedAt = .now
                     shared.withLock { $0.connected = true }
                 }
                 onEvent(event)
@@ -249,6 +253,8 @@ public final class MQTTClient: Sendable {
                 connection.lost()
                 shared.withLock { $0.connected = false }
                 onEvent(.disconnected(reason: reason))
+                if let since = connectedAt, since.duration(to: .now) >= Self.stableConnection { delay = configuration.reconnectDelayS.lowerBound }
+                connectedAt = nil
                 waitForWake(timeoutS: delay)
                 delay = min(delay * 2, configuration.reconnectDelayS.upperBound)
             }
@@ -272,6 +278,9 @@ public final class MQTTClient: Sendable {
         }
         waiters.forEach { $0() }
     }
+
+    /// A connection that lasted this long resets the reconnect backoff.
+    static let stableConnection = Duration.seconds(30)
 
     /// Errors that the same message would meet again on any connection.
     private static let permanent: Set<Int32> = [

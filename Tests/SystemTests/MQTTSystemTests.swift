@@ -151,6 +151,10 @@ import Testing
         let port = harness.broker.port
         #expect(added.stdout.contains("Or in MQTT mode (drivebus reads 127.0.0.1:\(port)): Mode MQTT, Host 127.0.0.1, Port \(port),\n"), "\(added.stdout)")
         #expect(added.stdout.contains("make its topic owntracks/<user>/tablet (DeviceID tablet)."))
+        // Its phone is heard at once, before the periodic reload: that message reloads the
+        // devices on the client's thread, and the new device's entities must come all the same.
+        phone.client.publish(MQTTMessage(topic: "owntracks/jan/tablet", text: Self.location(1_700_000_100, lat: 48.26, battery: 80), qos: 1))
+        #expect(await homeAssistant.message("drivebus/tablet/location") { $0.text.contains("48.26") } != nil)
         #expect(await homeAssistant.message("homeassistant/device_tracker/drivebus_tablet/location/config") { !$0.payload.isEmpty } != nil)
         let removed = try await run("drivebus", ["device", "remove", "tablet", "--config", harness.path])
         #expect(removed.status == 0, "\(removed.stderr)")

@@ -17,6 +17,10 @@ final class DeviceBook: Sendable {
     private let registry: DeviceRegistry
     private let logger: Logger
     private let current: Mutex<[HomeAssistantBridge.Device]>
+    /// The devices Home Assistant was last told of. Kept apart from `current`: a message from a
+    /// device just added reloads `current` on the client's thread, and the periodic reload must
+    /// still see that the new device was never announced.
+    private let announced = Mutex<[HomeAssistantBridge.Device]?>(nil)
     private static let queue = DispatchQueue(label: "drivebus.mqtt.devices")
 
     init(config: DrivebusConfig, logger: Logger) {
@@ -36,7 +40,14 @@ final class DeviceBook: Sendable {
         return ids
     }
 
+    /// Whether the devices differ from those last announced.
+    var changedSinceAnnounced: Bool { announced.withLock { $0 } != list }
+
+    /// Records `devices` as announced.
+    func markAnnounced(_ devices: [HomeAssistantBridge.Device]) { announced.withLock { $0 = devices } }
+
     /// Rereads the registry; true when the devices changed.
+    @discardableResult
     func reload() async -> Bool {
         let loaded = await withCheckedContinuation { continuation in
             Self.queue.async { [registry] in continuation.resume(returning: Result { () throws(ConfigError) in try registry.load() }) }
@@ -112,7 +123,8 @@ struct BridgePublisher: Service {
                 var lastFull = ContinuousClock.now
                 while !Task.isCancelled && !Task.isShuttingDownGracefully {
                     try? await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(2)) }
-                    if await devices.reload() {
+                    await devices.reload()
+                    if devices.changedSinceAnnounced, client.isConnected {
                         await announce()
                         refresh.all()
                     }
@@ -127,16 +139,26 @@ struct BridgePublisher: Service {
             }
         }
         // Stopping: a receive still waiting for ingest gives up (the client says it is stopping);
-        // "offline" goes out before the clean disconnect, which does not publish the will.
-        await client.shutdown(publishing: [MQTTMessage(bridge.offline())])
+        // "offline" goes out before the clean disconnect, which does not publish the will. At
+        // QoS 0: libmosquitto holds QoS 1 messages beyond its 20 in flight until their
+        // acknowledgements are read, which a stopping client no longer does, and the last word
+        // must not wait behind them.
+        var offline = MQTTMessage(bridge.offline())
+        offline.qos = 0
+        await client.shutdown(publishing: [offline])
         try? await http.shutdown()
         let counts = client.counts
         logger.info("disconnected", metadata: ["published": "\(counts.published)", "dropped": "\(counts.dropped)"])
     }
 
     /// Discovery for every device, and empty configs for what was announced before and is gone.
+    /// Runs when connected (on connecting, and when the devices change): configs queued while
+    /// the broker is away could be dropped, and the removals among them would then never be
+    /// sent again, as the saved topics no longer hold them.
     private func announce() async {
-        let current = bridge.discovery(devices.list)
+        let list = devices.list
+        devices.markAnnounced(list)
+        let current = bridge.discovery(list)
         let previous = await Self.offPool { [state] in Self.loadTopics(state) }
         let removals = HomeAssistantBridge.removals(previous: previous, current: current)
         client.publish((current + removals).map(MQTTMessage.init))
