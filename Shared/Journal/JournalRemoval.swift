@@ -31,6 +31,11 @@ enum RemovedRecord {
         return DedupKey(digest: .init(high: high, low: low), deviceHash: DedupKey.deviceHash(device), milliseconds: milliseconds)
     }
 
+    /// The type of record a stand-in took the place of.
+    static func removedType(payload: [UInt8]) -> String? {
+        (try? JSONSerialization.jsonObject(with: Data(payload)) as? [String: Any])?["removed"] as? String
+    }
+
     private static func hex(_ value: UInt64) -> String {
         let digits = String(value, radix: 16)
         return String(repeating: "0", count: 16 - digits.count) + digits
@@ -117,7 +122,12 @@ extension Journal {
         // Kept from segment to segment: allocating and freeing 64 MB for each kept a core
         // busy for milliseconds in the kernel (see `Pacing`).
         var buffers = (input: [UInt8](), output: [UInt8]())
-        let candidates = Self.atNormalPriority { segments.withLock { $0.sealed.filter { $0.index.header.overlaps(low, high) }.map(\.firstSeq) } }
+        // A removal that forgets keys looks at stand-ins too (`--resend-ok` after a purge).
+        let candidates = Self.atNormalPriority {
+            segments.withLock { segments in
+                segments.sealed.filter { removal.forgetKeys ? $0.index.header.keysOverlap(low, high) : $0.index.header.overlaps(low, high) }.map(\.firstSeq)
+            }
+        }
         for firstSeq in candidates {
             let opened = Self.atNormalPriority {
                 Result { () throws(Failure) -> OpenSegment? in
@@ -127,7 +137,9 @@ extension Journal {
                 }
             }
             guard let segment = try opened.get(), let index = segment.index else { continue }
-            if let deviceHash, try index.records(deviceHash: deviceHash, from: low, to: high, fd: segment.indexFD).isEmpty { continue }
+            // Stand-ins have no place in the index by device and time: a removal that forgets keys
+            // (`--resend-ok` after a purge) reads every segment whose range holds the times.
+            if let deviceHash, !removal.forgetKeys, try index.records(deviceHash: deviceHash, from: low, to: high, fd: segment.indexFD).isEmpty { continue }
             if let removed = try rewrite(segment, index: index, removal: removal, pacing: pacing, buffers: &buffers) {
                 report.records += removed.records
                 report.segments += 1
@@ -170,6 +182,14 @@ extension Journal {
                 topic = RemovedRecord.type + "." + device
                 payload = RemovedRecord.payload(seq: seq, removedType: type, key: key, keepKey: !removal.forgetKeys)
                 indexed = removal.forgetKeys ? nil : (key, nil)
+                removed += 1
+            } else if removal.forgetKeys, let (key, _) = indexed, RemovedRecord.isRemoved(topic: topic),
+                      removal.device == nil || removal.device == String(topic.dropFirst(RemovedRecord.type.count + 1)),
+                      let type = RemovedRecord.removedType(payload: payload), removal.types.contains(type),
+                      low <= key.milliseconds, key.milliseconds <= high {
+                // Removed before with its key kept: the user now wants the phone's copy back.
+                payload = RemovedRecord.payload(seq: seq, removedType: type, key: key, keepKey: false)
+                indexed = nil
                 removed += 1
             }
             contents.add(at: Int64(output.count), indexed)

@@ -52,6 +52,8 @@ struct SegmentIndex: Sendable {
         func holds(milliseconds: Int64) -> Bool { keyCount > 0 && minMilliseconds <= milliseconds && milliseconds <= maxMilliseconds }
         /// Whether any of its live records' times can fall in `low ... high`.
         func overlaps(_ low: Int64, _ high: Int64) -> Bool { entryCount > 0 && low <= liveMaxMilliseconds && liveMinMilliseconds <= high }
+        /// Whether any of its keyed records' times, stand-ins' included, can fall in `low ... high`.
+        func keysOverlap(_ low: Int64, _ high: Int64) -> Bool { keyCount > 0 && low <= maxMilliseconds && minMilliseconds <= high }
     }
 
     /// One record of a device in the index by device and time.

@@ -286,6 +286,28 @@ import Testing
         journal.shutdown()
     }
 
+    /// Purged by mistake, then purged again with `--resend-ok`: the stand-ins forget their keys,
+    /// and the phone's copy is taken again. Nothing else changes.
+    @Test func aSecondRemovalForgettingKeysLetsEarlierRemovedRecordsBeSentAgain() async throws {
+        let dir = TempDir()
+        let journal = try await twoPhones(dir.path + "/journal")
+        #expect(try await journal.remove(.init(types: ["fix"], device: "bike", from: time(0), to: time(9))).records == 10)
+        #expect(try await journal.append([records.fix(3, device: "bike")]) == [.duplicate])
+        let before = try journal.replay(fromSeq: 1, limit: 1000)
+        // Another device's range, or another type, forgets nothing.
+        #expect(try await journal.remove(.init(types: ["fix"], device: "car", from: time(0), to: time(9), forgetKeys: true)).records == 10)
+        #expect(try await journal.remove(.init(types: ["motion"], device: "bike", from: time(0), to: time(9), forgetKeys: true)).records == 0)
+        #expect(try await journal.append([records.fix(3, device: "bike")]) == [.duplicate])
+        let report = try await journal.remove(.init(types: ["fix"], device: "bike", from: time(0), to: time(4), forgetKeys: true))
+        #expect(report.records == 5)
+        #expect(try await journal.append([records.fix(3, device: "bike"), records.fix(7, device: "bike")]) == [.journaled(seq: 401), .duplicate])
+        // The stand-ins keep their seqs; only the five in the range lost their keys.
+        let after = try journal.replay(fromSeq: 1, limit: 400)
+        #expect(after.map(\.seq) == before.map(\.seq))
+        #expect(after.filter { String(decoding: $0.payload, as: UTF8.self).contains(#""key":"#) }.count == 5)
+        journal.shutdown()
+    }
+
     /// The newest records are in the active segment: it is sealed first, then rewritten.
     @Test func recordsInTheActiveSegmentAreRemovedToo() async throws {
         let dir = TempDir()

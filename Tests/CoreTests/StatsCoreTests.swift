@@ -400,8 +400,12 @@ extension JSONValue {
         // first twenty minutes away, from the 10th's last fix.
         #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 2)
         #expect(try await store.counts()["fixes"] == 2)
-        // Their journal rows, positions and all, went with them.
-        #expect(try await store.counts()["events"] == 2)
+        // Their journal rows stay, so that a replay stores nothing again, but hold no position.
+        #expect(try await store.counts()["events"] == fixes.count)
+        #expect(try await store.eventPayloads().filter { $0 != "{}" }.count == 2)
+        // Stored again (a replay), the expired fixes are not taken back.
+        try await store.store(fixes.map(journalRow))
+        #expect(try await store.counts()["fixes"] == 2)
         #expect(try await store.periods(.day, StatsQuery(device: "van")) == days)
         #expect(try await store.periods(.month, StatsQuery()) == months)
         // A day starting in the range counts whole; one that does not, not at all.

@@ -22,12 +22,14 @@ extension StatsStore {
             }
             let inRange: StatementArguments = [device, low, high]
             // Stats keeps every journal record it stored as an event row too (`journal:<seq>`,
-            // the whole payload, position included): those go with their records, before the
-            // fixes that find them by seq. Rows stored before they carried their record's own
-            // time carry when they arrived, so a stay, a sample or a phone's transition is found
-            // by the time in its payload (a scan: purges are rare).
+            // the whole payload, position included). Those of the purged records are emptied,
+            // not deleted: the row is what makes a record stored again (a replay) change nothing.
+            // A fix's is found by its seq, before its fix goes; a sample's, a stay's or a phone's
+            // transition's by the time in its payload (rows stored before they carried their
+            // record's own time carry when they arrived; a scan, but purges are rare).
             try db.execute(sql: """
-                DELETE FROM events WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ?1 AND time_ms BETWEEN ?2 AND ?3 AND seq IS NOT NULL)
+                UPDATE events SET payload = \(StatsStore.emptiedPayload)
+                WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ?1 AND time_ms BETWEEN ?2 AND ?3 AND seq IS NOT NULL)
                     OR (device = ?1 AND source = 'ingest' AND type IN ('motion', 'client.transition', 'visit')
                         AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ?4 AND ?5)
                 """, arguments: [device, low, high, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
@@ -44,7 +46,9 @@ extension StatsStore {
                 SELECT event_id FROM trips WHERE trip_id IN (SELECT value FROM json_each(?))
                 UNION SELECT event_id FROM scores WHERE trip_id IN (SELECT value FROM json_each(?))
                 """, arguments: [Self.jsonArray(trips), Self.jsonArray(trips)])
-            try delete("events", "(device = ? AND time_ms BETWEEN ? AND ?) OR id IN (SELECT value FROM json_each(?))", [device, low, high, Self.jsonArray(tripEventIDs)])
+            try delete(
+                "events", "(device = ? AND time_ms BETWEEN ? AND ? AND source != 'ingest') OR id IN (SELECT value FROM json_each(?))",
+                [device, low, high, Self.jsonArray(tripEventIDs)])
             purged[purged.count - 1].rows += journalRows
             for table in ["scores", "map_tiles", "map_trips", "map_pending", "trips"] {
                 try delete(table, "trip_id IN (SELECT value FROM json_each(?))", [Self.jsonArray(trips)])
@@ -109,9 +113,11 @@ extension StatsStore {
                             last_lon = CASE WHEN excluded.last_ms > coalesce(last_ms, excluded.last_ms - 1) THEN excluded.last_lon ELSE last_lon END,
                             last_ms = max(coalesce(last_ms, excluded.last_ms), excluded.last_ms)
                         """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS, last?[0] as Int64?, last?[1] as Double?, last?[2] as Double?])
-                    // The fixes' own event rows (`journal:<seq>`, their payloads) go with them.
+                    // The fixes' own event rows (`journal:<seq>`) are emptied of their payloads; the
+                    // rows stay, so that the fixes stored again by a replay change nothing.
                     try db.execute(sql: """
-                        DELETE FROM events WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? AND seq IS NOT NULL)
+                        UPDATE events SET payload = \(StatsStore.emptiedPayload)
+                        WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? AND seq IS NOT NULL)
                         """, arguments: [device, start, end])
                     try db.execute(sql: "DELETE FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ?", arguments: [device, start, end])
                     return max(db.changesCount, 1)
@@ -122,6 +128,9 @@ extension StatsStore {
         }
         return removed
     }
+
+    /// What a purged or expired record's journal row keeps of its payload: nothing.
+    static let emptiedPayload = "CAST('{}' AS BLOB)"
 
     private static func jsonArray(_ strings: [String]) -> String {
         String(decoding: try! JSONSerialization.data(withJSONObject: strings), as: UTF8.self)

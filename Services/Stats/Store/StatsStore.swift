@@ -172,6 +172,11 @@ public final class StatsStore: Sendable {
     }
 
     /// Row counts per table, for tests, `health` and metrics.
+    /// Every event row's payload as text, for tests that check what a purge or expiry left.
+    package func eventPayloads() async throws -> [String] {
+        try await pool.read { db in try String.fetchAll(db, sql: "SELECT CAST(payload AS TEXT) FROM events ORDER BY id") }
+    }
+
     public func counts() async throws -> [String: Int] {
         try await pool.read { db in
             var counts: [String: Int] = [:]
