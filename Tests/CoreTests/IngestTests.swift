@@ -220,6 +220,26 @@ struct IngestHarness {
 }
 
 @Suite struct IngestClientTests {
+    /// Overland and Traccar repeat the activity with every location; only changes are kept, and
+    /// what counts as a change is what the journal holds last, whatever order two requests of
+    /// one phone finish in.
+    @Test func motionChangesFollowTheJournalsOrder() {
+        func sample(_ activity: MotionSample.Activity) -> JournalRecord {
+            JournalRecord(.motion(MotionSample(device: "car", start: Date(timeIntervalSince1970: 1_700_000_000), activity: activity, confidence: .high, source: .overland)))
+        }
+        let changes = MotionChanges()
+        let walking = changes.filter([sample(.walking)]), driving = changes.filter([sample(.automotive)])
+        #expect(walking.count == 1 && driving.count == 1)
+        // Journaled walking (seq 5), then driving (6); the requests finish the other way round.
+        changes.commit(driving, [.journaled(seq: 6)])
+        changes.commit(walking, [.journaled(seq: 5)])
+        #expect(changes.filter([sample(.automotive)]).isEmpty)
+        #expect(changes.filter([sample(.walking)]).count == 1)
+        // An old batch sent again is a duplicate: it changes nothing.
+        changes.commit([sample(.walking)], [.duplicate])
+        #expect(changes.filter([sample(.automotive)]).isEmpty)
+    }
+
     /// A stop that is refused (its time is before 2000) must not forget the open session: the
     /// next stop still names it.
     @Test func aRefusedSessionStopLeavesTheSessionOpen() async throws {

@@ -343,10 +343,10 @@ public final class IngestHandler: Sendable {
         let hasMotion = records.contains { if case .motion = $0.kind { true } else { false } }
         let early = hasMotion ? nil : journal.prepare(records)
         if let (order, number) = turn { await order.turn(number) }
-        let (kept, changes) = motion.filter(records)
+        let kept = motion.filter(records)
         do {
             let outcomes = try await journal.append(early ?? journal.prepare(kept)) { if let (order, number) = turn { order.leave(number) } }
-            motion.commit(changes)
+            if hasMotion { motion.commit(kept, outcomes) }
             return outcomes
         } catch .overloaded {
             throw .overloaded("the journal cannot keep up; retry shortly")
@@ -416,25 +416,35 @@ public final class IngestHandler: Sendable {
 
 /// Overland and Traccar Client repeat the current activity with every location; only changes
 /// become motion samples. Samples sent to the native API are kept as they are.
-final class MotionChanges: Sendable {
-    private let last = Mutex<[String: MotionSample.Activity]>([:])
+package final class MotionChanges: Sendable {
+    /// Each device's activity as the journal has it last: the newest journaled change, by seq.
+    private let last = Mutex<[String: (activity: MotionSample.Activity, seq: UInt64)]>([:])
 
-    /// The records to journal, and the activity changes to remember once they are durable.
-    func filter(_ records: [JournalRecord]) -> ([JournalRecord], [String: MotionSample.Activity]) {
-        var current = last.withLock { $0 }
-        var changes: [String: MotionSample.Activity] = [:]
-        let kept = records.filter { record in
+    /// The records to journal: a repeated activity is left out.
+    package init() {}
+
+    package func filter(_ records: [JournalRecord]) -> [JournalRecord] {
+        var current = last.withLock { $0.mapValues(\.activity) }
+        return records.filter { record in
             guard case .motion(let sample) = record.kind, sample.source != .api else { return true }
             guard current[sample.device] != sample.activity else { return false }
             current[sample.device] = sample.activity
-            changes[sample.device] = sample.activity
             return true
         }
-        return (kept, changes)
     }
 
-    func commit(_ changes: [String: MotionSample.Activity]) {
-        guard !changes.isEmpty else { return }
-        last.withLock { $0.merge(changes) { _, new in new } }
+    /// Remembers the changes among `kept` that the journal took (not its duplicates), unless a
+    /// newer seq of the device is remembered already: two requests of one phone may commit in
+    /// another order than the journal's, and the next real change must not look like a repeat.
+    package func commit(_ kept: [JournalRecord], _ outcomes: [Journal.Outcome]) {
+        var newest: [String: (activity: MotionSample.Activity, seq: UInt64)] = [:]
+        for (record, outcome) in zip(kept, outcomes) {
+            guard case .motion(let sample) = record.kind, sample.source != .api, case .journaled(let seq) = outcome else { continue }
+            newest[sample.device] = (sample.activity, seq)
+        }
+        guard !newest.isEmpty else { return }
+        last.withLock { last in
+            for (device, change) in newest where (last[device]?.seq ?? 0) < change.seq { last[device] = change }
+        }
     }
 }
