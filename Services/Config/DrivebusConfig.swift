@@ -157,6 +157,24 @@ extension DrivebusConfig {
         return (try parse(yaml: file.text, workingDirectory: workingDirectory, environment: environment), .file(file.path))
     }
 
+    /// Where and what the YAML problem is, without the text around it: Yams' own description
+    /// quotes the file's lines (the whole file, for a key given twice), and the file holds tokens
+    /// and secrets that must never reach a log.
+    static func yamlProblem(_ error: any Error) -> String {
+        switch error as? YamlError {
+        case .scanner(_, let problem, let mark, _)?, .parser(_, let problem, let mark, _)?, .composer(_, let problem, let mark, _)?:
+            return "line \(mark.line), column \(mark.column): \(problem)"
+        case .reader(let problem, _, _, _)?:
+            return problem
+        case .duplicatedKeysInMapping(let duplicates, let context)?:
+            return "a key appears twice, at line \(context.mark.line): \(duplicates.sorted().joined(separator: ", "))"
+        case .dataCouldNotBeDecoded?:
+            return "the file is not UTF-8 text"
+        default:
+            return "the file could not be read as YAML"
+        }
+    }
+
     public static func parse(
         yaml: String, workingDirectory: String = FileManager.default.currentDirectoryPath,
         environment: [String: String] = ProcessInfo.processInfo.environment
@@ -165,7 +183,7 @@ extension DrivebusConfig {
         do {
             root = try Yams.compose(yaml: yaml)
         } catch {
-            throw ConfigError(path: "", reason: "not valid YAML: \(String(describing: error).split(separator: "\n").joined(separator: " "))")
+            throw ConfigError(path: "", reason: "not valid YAML: \(Self.yamlProblem(error))")
         }
         let top = try ConfigMapping(root, path: "", allowed: [
             "state_dir", "log_level", "heartbeat_interval_s", "bus", "devices", "ingest", "stats", "supervisor", "checkout",

@@ -88,6 +88,19 @@ import Testing
         #expect(message?.contains("\n") == false)
     }
 
+    /// Yams' own error text quotes the file (all of it, for a key given twice): a config error
+    /// names the line and the problem, and never a token or a secret.
+    @Test(arguments: [
+        ("devices:\n  - id: car\n    token: s3cret-token-one\n    token: s3cret-token-two\n", "config error: not valid YAML: a key appears twice, at line 3: token"),
+        ("devices:\n  - id: car\n    token: s3cret-token-one\n  bad: [s3cret\n", "config error: not valid YAML: line "),
+    ])
+    func yamlErrorsNeverQuoteTheFile(_ yaml: String, _ expected: String) {
+        let message = error(yaml) ?? "no error"
+        #expect(message.hasPrefix(expected), "got: \(message)")
+        #expect(!message.contains("s3cret"))
+        #expect(!message.contains("\n"))
+    }
+
     @Test func retentionKeepsEverythingUnlessTold() throws {
         #expect(try DrivebusConfig.parse(yaml: "").retention == .init())
         let retention = try DrivebusConfig.parse(yaml: "retention: {raw_fixes_days: 730, motion_days: 30}").retention
