@@ -45,12 +45,18 @@ import Testing
         #expect(OwnTracksTopics.userDevice(topic, baseTopic: baseTopic) == expected)
     }
 
-    @Test func routeByTheConfiguredMapBeforeTheDevicePart() {
-        let configuration = ownTracks(devices: ["jan/bike": "car"])
+    @Test func routeByTheConfiguredMapOrElseTheDevicePart() {
         let known: Set<String> = ["car", "bike"]
-        #expect(OwnTracksTopics.route(topic: "owntracks/jan/bike", payload: Array("{}".utf8), configuration: configuration, knownDevices: known)
+        let mapped = ownTracks(devices: ["jan/bike": "car"])
+        #expect(OwnTracksTopics.route(topic: "owntracks/jan/bike", payload: Array("{}".utf8), configuration: mapped, knownDevices: known)
             == .success(.init(device: "car", payload: "{}")))
-        #expect(OwnTracksTopics.route(topic: "owntracks/eva/bike/event", payload: Array("{}".utf8), configuration: configuration, knownDevices: known)
+        // With a map, a topic it does not list is refused: eva must not post as the bike, nor as the car.
+        #expect(refusal(OwnTracksTopics.route(topic: "owntracks/eva/bike/event", payload: Array("{}".utf8), configuration: mapped, knownDevices: known))
+            == "mqtt.unlisted_topic topic")
+        #expect(refusal(OwnTracksTopics.route(topic: "owntracks/eva/car", payload: Array("{}".utf8), configuration: mapped, knownDevices: known))
+            == "mqtt.unlisted_topic topic")
+        // Without one, the device part names the device.
+        #expect(OwnTracksTopics.route(topic: "owntracks/eva/bike/event", payload: Array("{}".utf8), configuration: ownTracks(devices: [:]), knownDevices: known)
             == .success(.init(device: "bike", payload: "{}")))
     }
 
@@ -60,7 +66,9 @@ import Testing
         func route(_ topic: String, _ payload: [UInt8]) -> Result<OwnTracksTopics.Routed, OwnTracksTopics.Refusal> {
             OwnTracksTopics.route(topic: topic, payload: payload, configuration: configuration, knownDevices: known)
         }
-        #expect(refusal(route("owntracks/eva/scooter", Array("{}".utf8))) == "mqtt.unknown_device topic")
+        #expect(refusal(route("owntracks/eva/scooter", Array("{}".utf8))) == "mqtt.unlisted_topic topic")
+        #expect(refusal(OwnTracksTopics.route(topic: "owntracks/eva/scooter", payload: Array("{}".utf8), configuration: ownTracks(devices: [:]), knownDevices: known))
+            == "mqtt.unknown_device topic")
         #expect(refusal(route("other/jan/phone", Array("{}".utf8))) == "mqtt.unknown_topic topic")
         #expect(refusal(route("owntracks/jan/phone/cmd", Array("{}".utf8))) == "mqtt.unknown_topic topic")
         #expect(refusal(route("owntracks/jan/phone", Array(repeating: UInt8(ascii: "x"), count: 17))) == "mqtt.too_large payload")

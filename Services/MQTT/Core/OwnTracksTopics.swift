@@ -37,14 +37,23 @@ public enum OwnTracksTopics {
         return parts.joined(separator: "/")
     }
 
-    /// The device a message is for, by the configured map or else by the topic's device part.
+    /// The device a message is for: by the configured map when there is one, else by the
+    /// topic's device part. With a map, a topic it does not list is refused: the device part
+    /// alone would let any broker user who may publish under the base post as any device (one
+    /// phone posting as the car, and opening its gate).
     public static func route(
         topic: String, payload: [UInt8], configuration: MQTTConfiguration, knownDevices: Set<String>
     ) -> Result<Routed, Refusal> {
         guard let userDevice = userDevice(topic, baseTopic: configuration.ownTracks.baseTopic) else {
             return .failure(Refusal(code: "mqtt.unknown_topic", field: "topic", message: "not an OwnTracks topic under \(configuration.ownTracks.baseTopic)/"))
         }
-        let device = configuration.ownTracks.devices[userDevice] ?? String(userDevice.split(separator: "/")[1])
+        let map = configuration.ownTracks.devices
+        guard map.isEmpty || map[userDevice] != nil else {
+            return .failure(Refusal(
+                code: "mqtt.unlisted_topic", field: "topic",
+                message: "\(userDevice) is not listed under mqtt.owntracks.devices (once one topic is, every phone's must be)"))
+        }
+        let device = map[userDevice] ?? String(userDevice.split(separator: "/")[1])
         guard knownDevices.contains(device) else {
             return .failure(Refusal(
                 code: "mqtt.unknown_device", field: "topic",
