@@ -130,6 +130,33 @@ import Testing
 }
 
 /// Only this machine's own dashboard gets a setup code or purges.
+/// Other sites, through a browser on this machine: a name made to resolve to 127.0.0.1 (DNS
+/// rebinding) reads nothing, and a page of another origin writes nothing; `curl` is not held up.
+@Suite struct BrowserGuardTests {
+    @Test func otherNamesAndOtherOriginsAreRefusedAndScriptsAreNot() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        let app = Application(router: makeStatsRouter(store: store, configuration: .init(loopbackOnly: true)))
+        try await app.test(.live) { client in
+            let base = "http://127.0.0.1:\(try #require(client.port))"
+            #expect(try await http("GET", base + "/api/v1/devices").status == 200)
+            #expect(try await http("GET", base + "/api/v1/devices", headers: [("Host", "localhost:8091")]).status == 200)
+            let rebound = try await http("GET", base + "/api/v1/export/fixes.csv", headers: [("Host", "evil.example:8091")])
+            #expect(rebound.status == 403 && rebound.body.contains(#""field":"Host""#), "\(rebound)")
+            let expense = Data(#"[{"date":"2025-06-01","category":"fuel","amount":10}]"#.utf8)
+            let forged = try await http("POST", base + "/api/v1/costs/expenses", body: expense, contentType: "text/plain", headers: [("Origin", "http://evil.example")])
+            #expect(forged.status == 403 && forged.body.contains(#""field":"Origin""#), "\(forged)")
+            let crossSite = try await http("POST", base + "/api/v1/costs/expenses", body: expense, headers: [("Sec-Fetch-Site", "cross-site")])
+            #expect(crossSite.status == 403 && crossSite.body.contains(#""field":"Sec-Fetch-Site""#), "\(crossSite)")
+            #expect(try await store.counts()["expenses"] == 0)
+            // A script, or this server's own page, posts as before.
+            #expect(try await http("POST", base + "/api/v1/costs/expenses", body: expense).status == 200)
+            #expect(try await http("POST", base + "/api/v1/costs/expenses", body: expense, headers: [("Origin", "http://127.0.0.1"), ("Sec-Fetch-Site", "same-origin")]).status == 200)
+            #expect(try await store.counts()["expenses"] == 1)
+        }
+    }
+}
+
 @Suite struct ActionGuardTests {
     func refusedField(_ headers: [(String, String)]) -> String? {
         do {

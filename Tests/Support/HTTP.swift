@@ -32,8 +32,10 @@ public final class HTTPConnection {
 
     /// Sends one request and reads the whole response (`Content-Length` framed).
     public func exchange(method: String, path: String, headers: [(String, String)], body: [UInt8]) throws -> (status: Int, body: [UInt8]) {
-        var head = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: \(body.count)\r\n"
-        for (name, value) in headers { head += "\(name): \(value)\r\n" }
+        // A `Host` among `headers` replaces this machine's (a test of what another name gets).
+        let host = headers.first { $0.0.lowercased() == "host" }?.1 ?? "127.0.0.1"
+        var head = "\(method) \(path) HTTP/1.1\r\nHost: \(host)\r\nContent-Length: \(body.count)\r\n"
+        for (name, value) in headers where name.lowercased() != "host" { head += "\(name): \(value)\r\n" }
         let request = Array((head + "\r\n").utf8) + body
         var sent = 0
         while sent < request.count {

@@ -31,7 +31,8 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
             deviceSetup: config.stats.listen.isLoopback ? setup : nil,
             // So is a purge: it deletes for good.
             devicePurge: config.stats.listen.isLoopback ? purge : nil,
-            map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir))),
+            map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir),
+            loopbackOnly: config.stats.listen.isLoopback)),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         onServerRunning: { _ in listening.set() },
         logger: context.logger

@@ -34,15 +34,19 @@ public struct StatsHTTPConfiguration: Sendable {
     public var devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])?
     /// The interactive map page at `/map`.
     public var map: MapPageConfiguration
+    /// Stats listens on loopback only: a request must then name a loopback host (DNS rebinding).
+    public var loopbackOnly: Bool
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
         metrics: (@Sendable () async -> String)? = nil, costs: CostsConfiguration = .init(), ascentHysteresisM: Double = 5,
         maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil,
         deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil,
-        devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init()
+        devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init(),
+        loopbackOnly: Bool = false
     ) {
         self.map = map
+        self.loopbackOnly = loopbackOnly
         self.devicePurge = devicePurge
         self.knownDevices = knownDevices
         self.deviceSetup = deviceSetup
@@ -60,6 +64,7 @@ public struct StatsHTTPConfiguration: Sendable {
 /// `from` and `to`; bad parameters get 400 `{"error":{"code","field","message"}}`.
 public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfiguration = .init()) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self)
+    router.add(middleware: BrowserGuard(loopbackOnly: configuration.loopbackOnly))
     let exports = ExportGate(limit: configuration.maxConcurrentExports)
 
     router.get("/api/v1/devices") { _, _ in
@@ -351,6 +356,35 @@ public struct DevicePurgeRequest: Sendable, Equatable {
         // purge takes its range whole.
         self.to = (try parameters.single("to"))?.count == 10 ? to.addingTimeInterval(-0.001) : to
         self.resendOK = resendOK == "true"
+    }
+}
+
+/// Keeps other sites out of a browser on this machine, for every route:
+/// - DNS rebinding: while stats listens on loopback only, a request must name a loopback host
+///   (a page of another name made to resolve to 127.0.0.1 still says its name), or any web page
+///   could read the location history;
+/// - cross-site writes: a request other than GET or HEAD sent by a page of another origin is
+///   refused. Browsers say where a request comes from (`Origin`, `Sec-Fetch-Site`); `curl` and
+///   scripts say nothing and are not held up. (A page could otherwise post expenses into the
+///   ledger: a form's plain-text body needs no CORS preflight.)
+struct BrowserGuard: RouterMiddleware {
+    let loopbackOnly: Bool
+
+    func handle(_ request: Request, context: BasicRequestContext, next: (Request, BasicRequestContext) async throws -> Response) async throws -> Response {
+        func header(_ name: String) -> String? { request.headers.first { $0.name.canonicalName == name }?.value }
+        let host = request.head.authority ?? header("host")
+        if loopbackOnly, let host, !ActionGuard.isLoopback(host) {
+            return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "this server answers only to names of this machine", field: "Host"))
+        }
+        if request.method != .get, request.method != .head {
+            if let site = header("sec-fetch-site"), !["same-origin", "none"].contains(site) {
+                return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "not from this server's own pages", field: "Sec-Fetch-Site"))
+            }
+            if let origin = header("origin"), origin != "http://" + (host ?? ""), origin != "https://" + (host ?? "") {
+                return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "not from this server's own pages", field: "Origin"))
+            }
+        }
+        return try await next(request, context)
     }
 }
 
