@@ -219,7 +219,10 @@ struct Import: AsyncParsableCommand {
                 for item in items {
                     do {
                         count(try Import.reply(try await channel.request(body([item]), timeout: .seconds(30))))
-                    } catch let error as RPCErrorBody {
+                    } catch let error as RPCErrorBody where retrySingly(error) {
+                        // Only the item's own fault counts as refused; ingest overloaded or
+                        // restarting stops the import, which says so and exits non-zero, and
+                        // running it again finishes the job.
                         tally.refused += 1
                         if reasons.count < 5 { reasons.append("\(location(item)): \(error.message.replacingOccurrences(of: "\(field)[0].", with: ""))") }
                     }

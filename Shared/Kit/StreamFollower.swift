@@ -99,7 +99,16 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
         // held gigabytes in every consumer).
         var groups = try await bus.subscribe(source.topics + [heartbeat], highWaterMark: 10_000, bufferLimit: 64)
             .groups.cancelOnGracefulShutdown().makeAsyncIterator()
-        try await replay(&cursor, through: nil, hold: hold, apply: apply)
+        // The catch-up is held like any replay: the wall clock must not decide between records
+        // of a backlog while later ones are still to be applied.
+        hold(true)
+        do {
+            try await replay(&cursor, through: nil, hold: hold, apply: apply)
+        } catch {
+            hold(false)
+            throw error
+        }
+        hold(false)
         report(cursor)
         while let messages = try await groups.next() {
             hold(true)
