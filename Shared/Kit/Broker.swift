@@ -83,10 +83,16 @@ public final class Broker: Service, Sendable {
             // A blocking receive on a thread of its own; context shutdown ends it with ETERM.
             while let request = try? handler.receive(dontWait: false) {
                 // [version, request id, domain, address, identity, mechanism, credentials…]
-                guard request.count >= 6 else { continue }
-                let allowed = String(decoding: request[5], as: UTF8.self) == "CURVE" && request.count >= 7 && request[6] == clientKey
-                if !allowed { logger.warning("bus connection refused: unknown CURVE client key", metadata: ["address": "\(String(decoding: request[3], as: UTF8.self))"]) }
-                _ = try? handler.send([request[0], request[1], Array((allowed ? "200" : "400").utf8), Array((allowed ? "OK" : "client key not allowed").utf8), [], []], dontWait: false)
+                let allowed = request.count >= 7 && String(decoding: request[5], as: UTF8.self) == "CURVE" && request[6] == clientKey
+                if !allowed {
+                    let address = request.count > 3 ? String(decoding: request[3], as: UTF8.self) : "?"
+                    logger.warning("bus connection refused: unknown CURVE client key", metadata: ["address": "\(address)"])
+                }
+                // Every request is answered, a malformed one with a refusal: a REP socket left
+                // without its reply fails the next receive, and the handler's thread would end,
+                // leaving libzmq to admit connections without asking.
+                let version = request.first ?? Array("1.0".utf8), id = request.count > 1 ? request[1] : []
+                _ = try? handler.send([version, id, Array((allowed ? "200" : "400").utf8), Array((allowed ? "OK" : "client key not allowed").utf8), [], []], dontWait: false)
             }
         }
         thread.start()
