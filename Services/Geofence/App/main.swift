@@ -5,6 +5,14 @@ import GeofenceCore
 
 await ServiceRunner.main(.geofence, configuration: DrivebusConfig.self) { context, config in
     let configuration = config.geofence
+    // A device that signs in by its id alone (Traccar Client, OsmAnd: `allow_id_auth`) can be
+    // posted as by anyone who reaches ingest: said once at start, for each gate it can open.
+    for gate in configuration.gates {
+        for device in config.devices where device.allowIDAuth && (gate.devices?.contains(device.id) ?? true) {
+            context.logger.warning(
+                "gate \(gate.id) opens for device \(device.id), which signs in by its id alone (allow_id_auth): anyone who reaches ingest can post its position; list the gate's devices under gates[].devices")
+        }
+    }
     let outbox = try Outbox(path: config.layout.dataDir + "/outbox.sqlite")
     let events = try EventLog(context: context) { purge in
         ["outbox": try await outbox.purge(device: purge.device, from: purge.from, to: purge.to)]
