@@ -79,7 +79,7 @@ final class GeoJSONTrackReader: FormatReader {
         while true {
             if try reader.read(appendingTo: &bytes) == 0 { return bytes }
             guard bytes.count <= limits.maxGeoJSONBytes else {
-                throw TrackFormatError(location: "", message: "GeoJSON over \(limits.maxGeoJSONBytes) bytes is not read; use GPX or CSV for tracks this big")
+                throw TrackFormatError(location: "", message: "GeoJSON over \(limits.maxGeoJSONBytes) bytes is not read; use GPX (or CSV, to import) for tracks this big")
             }
         }
     }

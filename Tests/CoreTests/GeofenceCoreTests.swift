@@ -367,6 +367,18 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(times.last.map { $0 > geofenceT0 + back && $0 <= geofenceT0 + end } == true)
     }
 
+    @Test func aPhoneWhoseClockIsAlwaysAheadKeepsItsCooldownAndItsStragglers() {
+        // Every fix two hours ahead (local time sent as UTC): through the zone twice within the
+        // cooldown opens the gate once, and a straggler is dropped as before.
+        var feed = GeofenceFeed()
+        var t = feed.drive(from: -305, to: 295, start: 7200, lag: -7199)
+        t = feed.drive(from: 295, to: -305, start: t + 30, lag: -7199)
+        feed.fix(7200 + 5, x: 0, lag: -7199)  // a straggler from the first pass
+        let outputs = geofenceRun(feed, configuration)
+        #expect(geofenceEvents(outputs) == ["enter gate", "exit gate", "enter gate", "exit gate"])
+        #expect(geofenceCalls(outputs).count == 1)
+    }
+
     @Test func replayedAndStalePassesChangeStateButCallNobody() {
         var replayed = GeofenceFeed()
         _ = replayed.drive(from: -105, to: -5, start: 0, live: false)

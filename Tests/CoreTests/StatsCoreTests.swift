@@ -391,6 +391,10 @@ extension JSONValue {
         }
         try await store.store(fixes.map(journalRow))
         #expect(try await store.counts()["events"] == fixes.count)
+        // The same fix again under another seq: its row is kept, and no fix row refers to it.
+        var again = fixes[0]
+        again.seq = 5000
+        try await store.store([journalRow(again)])
         let days = try await store.periods(.day, StatsQuery(device: "van"))
         let months = try await store.periods(.month, StatsQuery())
         #expect(days.map(\.fixes) == [fixes.count - 2, 2])
@@ -400,9 +404,13 @@ extension JSONValue {
         // first twenty minutes away, from the 10th's last fix.
         #expect(try await store.expireFixes(before: statsTime("2025-03-11T12:00:00Z")) == fixes.count - 2)
         #expect(try await store.counts()["fixes"] == 2)
-        // Their journal rows stay, so that a replay stores nothing again, but hold no position.
-        #expect(try await store.counts()["events"] == fixes.count)
+        // Their journal rows stay, so that a replay stores nothing again, but hold no position;
+        // a row no fix refers to is found by the time in its payload.
+        #expect(try await store.counts()["events"] == fixes.count + 1)
+        #expect(try await store.eventPayloads().filter { $0 != "{}" }.count == 3)
+        #expect(try await store.emptyExpiredJournalFixRows(before: statsTime("2025-03-11T12:00:00Z")) == 1)
         #expect(try await store.eventPayloads().filter { $0 != "{}" }.count == 2)
+        #expect(try await store.emptyExpiredJournalFixRows(before: statsTime("2025-03-11T12:00:00Z")) == 0)
         // Stored again (a replay), the expired fixes are not taken back.
         try await store.store(fixes.map(journalRow))
         #expect(try await store.counts()["fixes"] == 2)

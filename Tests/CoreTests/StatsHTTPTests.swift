@@ -129,7 +129,6 @@ import Testing
     }
 }
 
-/// Only this machine's own dashboard gets a setup code or purges.
 /// Other sites, through a browser on this machine: a name made to resolve to 127.0.0.1 (DNS
 /// rebinding) reads nothing, and a page of another origin writes nothing; `curl` is not held up.
 @Suite struct BrowserGuardTests {
@@ -157,6 +156,7 @@ import Testing
     }
 }
 
+/// Only this machine's own dashboard gets a setup code or purges.
 @Suite struct ActionGuardTests {
     func refusedField(_ headers: [(String, String)]) -> String? {
         do {

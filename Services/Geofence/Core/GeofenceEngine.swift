@@ -159,9 +159,10 @@ public struct GeofenceEngine: Sendable, Codable {
         if Self.isSane(now) { devices[slot].lastSeenAt = now }
         let previous = devices[slot].lastFix
         // A straggler behind a newer fix would make the device jump back and forth. A "newer" fix
-        // dated ahead of the clock is a clock error (ingest takes fixes up to a day ahead): it
-        // must not turn every fix of the next day into a straggler, and so keep the gate shut.
-        if let previous, time < previous.time, !Self.isAhead(previous.time, of: now) { return [] }
+        // dated ahead of the clock, followed by one that is not, was a clock error (ingest takes
+        // fixes up to a day ahead): it must not turn every fix of the next day into a straggler,
+        // and so keep the gate shut. A phone whose clock is always ahead is judged as before.
+        if let previous, time < previous.time, !(Self.isAhead(previous.time, of: now) && !Self.isAhead(time, of: now)) { return [] }
         let here = DeviceState.Position(time: time, lat: fix.lat, lon: fix.lon, seq: fix.seq)
         devices[slot].lastFix = here
         let point = Coordinate(lat: fix.lat, lon: fix.lon)
@@ -254,9 +255,9 @@ public struct GeofenceEngine: Sendable, Codable {
         if let last {
             let firing = devices[slot].firings[last]
             if let seq = fix.seq, firing.seq == seq { return nil }  // never twice for one fix
-            // A firing dated ahead of the clock came from a fix with a wrong time: it does not
-            // hold the gate shut until the clock gets there.
-            guard time - firing.time >= gate.cooldownS || Self.isAhead(firing.time, of: now) else { return nil }
+            // A firing dated ahead of the clock, by a fix with a wrong time, does not hold the gate
+            // shut until the clock gets there for a correctly dated fix.
+            guard time - firing.time >= gate.cooldownS || (Self.isAhead(firing.time, of: now) && !Self.isAhead(time, of: now)) else { return nil }
         }
         let firing = DeviceState.Firing(gateID: gate.id, gate: gateIndex, time: time, seq: fix.seq)
         if let last { devices[slot].firings[last] = firing } else { devices[slot].firings.append(firing) }

@@ -147,10 +147,16 @@ final class StatsRecorder: Service, Sendable {
     /// `retention.raw_fixes_days`: at start and then every hour, fixes older than that leave the
     /// table of fixes (trips keep their tracks). A failure is logged and tried again next time.
     private func expireFixes(olderThanDays days: Double) async {
+        var swept = false
         while !Task.isCancelled {
             let before = Date().addingTimeInterval(-days * 86_400)
             do {
                 let removed = try await store.expireFixes(before: before)
+                if !swept {
+                    let emptied = try await store.emptyExpiredJournalFixRows(before: before)
+                    if emptied > 0 { context.logger.info("retention applied to journal rows kept from expired fixes", metadata: ["rows": "\(emptied)"]) }
+                    swept = true
+                }
                 if removed > 0 { context.logger.info("retention applied", metadata: ["fixes": "\(removed)", "before": "\(RFC3339.format(before))"]) }
             } catch is CancellationError {
                 return

@@ -24,13 +24,14 @@ extension StatsStore {
             // Stats keeps every journal record it stored as an event row too (`journal:<seq>`,
             // the whole payload, position included). Those of the purged records are emptied,
             // not deleted: the row is what makes a record stored again (a replay) change nothing.
-            // A fix's is found by its seq, before its fix goes; a sample's, a stay's or a phone's
-            // transition's by the time in its payload (rows stored before they carried their
-            // record's own time carry when they arrived; a scan, but purges are rare).
+            // A fix's is found by its seq, before its fix goes; any of them by the time in its
+            // payload too (rows stored before they carried their record's own time carry when
+            // they arrived, and a fix expired before then has no row in `fixes` left to find
+            // it by; a scan, but purges are rare).
             try db.execute(sql: """
                 UPDATE events SET payload = \(StatsStore.emptiedPayload)
                 WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ?1 AND time_ms BETWEEN ?2 AND ?3 AND seq IS NOT NULL)
-                    OR (device = ?1 AND source = 'ingest' AND type IN ('motion', 'client.transition', 'visit')
+                    OR (device = ?1 AND source = 'ingest' AND type IN ('fix', 'motion', 'client.transition', 'visit')
                         AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ?4 AND ?5)
                 """, arguments: [device, low, high, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
             let journalRows = db.changesCount
@@ -127,6 +128,31 @@ extension StatsStore {
             }
         }
         return removed
+    }
+
+    /// Empties the journal rows of fixes from UTC days before `before`'s that still hold their
+    /// payload: those whose fixes expired before their rows were emptied with them (stats until
+    /// 2026-11-27 kept them), or whose fix row was never stored. A scan by the time in the
+    /// payload, so it runs once per start, a chunk of rows per transaction so that the recorder's
+    /// writes are not held up. Returns how many rows it emptied.
+    public func emptyExpiredJournalFixRows(before: Date) async throws -> Int {
+        let firstKeptDay = PeriodQueries.floorDiv(Int64((before.timeIntervalSince1970 * 1000).rounded()), PeriodQueries.dayMs)
+        let cutoff = RFC3339.format(msDate(firstKeptDay * PeriodQueries.dayMs))
+        var after: Int64 = 0, emptied = 0
+        while true {
+            let step = try await pool.write { [after] db -> (last: Int64, rows: Int)? in
+                guard let last = try Int64.fetchOne(db, sql: "SELECT max(rowid) FROM (SELECT rowid FROM events WHERE rowid > ? ORDER BY rowid LIMIT 20000)", arguments: [after])
+                else { return nil }
+                try db.execute(sql: """
+                    UPDATE events SET payload = \(Self.emptiedPayload)
+                    WHERE rowid > ? AND rowid <= ? AND source = 'ingest' AND type = 'fix' AND length(payload) > 2
+                        AND json_extract(CAST(payload AS TEXT), '$.time') < ?
+                    """, arguments: [after, last, cutoff])
+                return (last, db.changesCount)
+            }
+            guard let step else { return emptied }
+            (after, emptied) = (step.last, emptied + step.rows)
+        }
     }
 
     /// What a purged or expired record's journal row keeps of its payload: nothing.

@@ -171,12 +171,12 @@ public final class StatsStore: Sendable {
         try await pool.read { db in UInt64(try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = ?", arguments: [name]) ?? 0) }
     }
 
-    /// Row counts per table, for tests, `health` and metrics.
     /// Every event row's payload as text, for tests that check what a purge or expiry left.
     package func eventPayloads() async throws -> [String] {
         try await pool.read { db in try String.fetchAll(db, sql: "SELECT CAST(payload AS TEXT) FROM events ORDER BY id") }
     }
 
+    /// Row counts per table, for tests, `health` and metrics.
     public func counts() async throws -> [String: Int] {
         try await pool.read { db in
             var counts: [String: Int] = [:]
