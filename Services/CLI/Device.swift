@@ -114,9 +114,13 @@ struct DeviceCommand: ParsableCommand {
 private func mqttSteps(_ mqtt: MQTTConfiguration, device: String) -> String {
     let mapped = mqtt.ownTracks.devices.first { $0.value == device }?.key
     let topic = mapped.map { "\(mqtt.ownTracks.baseTopic)/\($0)" } ?? "\(mqtt.ownTracks.baseTopic)/<user>/\(device)"
+    // With a map of topics, an unlisted topic is refused: the new device needs its line.
+    let listIt = mapped == nil && !mqtt.ownTracks.devices.isEmpty
+        ? "\nThen list it under mqtt.owntracks.devices in the config (\"<user>/\(device)\": \(device)) and restart drivebus-mqtt: with a map, unlisted topics are refused."
+        : ""
     return """
         Or in MQTT mode (drivebus reads \(mqtt.host):\(mqtt.port)): Mode MQTT, Host \(mqtt.host), Port \(mqtt.port)\(mqtt.tls == nil ? "" : ", TLS on"),
-        the phone's own broker user and password, and the UserID and DeviceID that make its topic \(topic)\(mapped == nil ? " (DeviceID \(device))" : "").
+        the phone's own broker user and password, and the UserID and DeviceID that make its topic \(topic)\(mapped == nil ? " (DeviceID \(device))" : "").\(listIt)
         """
 }
 

@@ -102,6 +102,9 @@ public struct DrivebusConfig: Sendable, Equatable {
         public var maxGapS = 3600.0
         /// `stats.map`: the interactive map page (docs/map.md).
         public var map = Map()
+        /// `stats.allowed_hosts`: names besides this machine's that requests may be addressed
+        /// to (a reverse proxy's public name), lower-case, without a port.
+        public var allowedHosts: [String] = []
 
         public struct Map: Sendable, Equatable {
             /// A base map's tile URL (`{z}/{x}/{y}`), the user's choice of provider; without it the
@@ -202,8 +205,14 @@ extension DrivebusConfig {
         }
         config.ingest.listen = try parseListen(ingest, default: config.ingest.listen)
         config.ingest.maxBodyBytes = try ingest.int("max_body_bytes", default: config.ingest.maxBodyBytes, in: 1024...(1 << 30))
-        let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s", "map"])
+        let stats = try top.mapping("stats", allowed: ["listen", "max_gap_s", "map", "allowed_hosts"])
         config.stats.listen = try parseListen(stats, default: config.stats.listen)
+        for (node, path) in try stats.sequence("allowed_hosts") {
+            guard let name = node.string?.lowercased(), !name.isEmpty, name.utf8.count <= 253,
+                  name.utf8.allSatisfy({ (0x61...0x7A).contains($0) || (0x30...0x39).contains($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "-") })
+            else { throw ConfigError(path: path, reason: "expected a host name such as drivebus.example.org (no port, no scheme)") }
+            config.stats.allowedHosts.append(name)
+        }
         config.stats.maxGapS = try stats.double("max_gap_s", default: config.stats.maxGapS, in: 1...31_536_000)
         let map = try stats.mapping("map", allowed: ["tile_url", "attribution", "leaflet_dir"])
         if let url = try map.string("tile_url") {

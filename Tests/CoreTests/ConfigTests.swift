@@ -81,6 +81,7 @@ import Testing
         ("stats: {map: {tiles: x}}", "config error: stats.map.tiles: unknown key"),
         ("retention: {raw_fixes_days: 0.5}", "config error: retention.raw_fixes_days: must be from 1 to 36500, got 0.5"),
         ("retention: {trips_days: 30}", "config error: retention.trips_days: unknown key"),
+        ("stats: {allowed_hosts: ['https://drivebus.example.org']}", "config error: stats.allowed_hosts[0]: expected a host name"),
     ])
     func badConfigNamesTheKey(_ yaml: String, _ expected: String) {
         let message = error(yaml)

@@ -154,6 +154,34 @@ import Testing
             #expect(try await store.counts()["expenses"] == 1)
         }
     }
+
+    /// Behind a reverse proxy: its public name, kept in `Host` (Caddy) or only in the page's
+    /// `Origin` (nginx rewrites `Host`), is let in when listed; `*.localhost` and IPv6 loopback are
+    /// this machine.
+    @Test func allowedHostsAndThisMachinesOtherNamesAreLetIn() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        let app = Application(router: makeStatsRouter(store: store, configuration: .init(loopbackOnly: true, allowedHosts: ["drivebus.example.org"])))
+        try await app.test(.live) { client in
+            let port = try #require(client.port)
+            let base = "http://127.0.0.1:\(port)"
+            for host in ["drivebus.example.org", "DriveBus.example.org:443", "car.localhost:\(port)", "[::1]:\(port)"] {
+                #expect(try await http("GET", base + "/api/v1/devices", headers: [("Host", host)]).status == 200, "\(host)")
+            }
+            #expect(try await http("GET", base + "/api/v1/devices", headers: [("Host", "drivebus.example.org.evil.example")]).status == 403)
+            let expense = Data(#"[{"date":"2025-06-01","category":"fuel","amount":10}]"#.utf8)
+            for (host, origin, status) in [
+                ("127.0.0.1:\(port)", "http://127.0.0.1:\(port)", 200),
+                ("127.0.0.1:\(port)", "https://drivebus.example.org", 200),
+                ("drivebus.example.org", "https://drivebus.example.org", 200),
+                ("127.0.0.1:\(port)", "http://127.0.0.1:1", 403),
+                ("127.0.0.1:\(port)", "null", 403),
+            ] {
+                let answer = try await http("POST", base + "/api/v1/costs/expenses", body: expense, headers: [("Host", host), ("Origin", origin)])
+                #expect(answer.status == status, "\(host) \(origin): \(answer)")
+            }
+        }
+    }
 }
 
 /// Only this machine's own dashboard gets a setup code or purges.

@@ -15,6 +15,12 @@ await ServiceRunner.main(.mqtt, configuration: DrivebusConfig.self) { context, c
     let logger = context.logger
     let counters = Counters()
     let devices = DeviceBook(config: config, logger: logger)
+    // With a map of topics, a phone whose topic is not listed is refused (a topic's device part
+    // alone would let any broker user post as that device): said at start.
+    let mapped = Set(settings.ownTracks.devices.values)
+    if !mapped.isEmpty, case let unlisted = devices.list.map(\.id).filter({ !mapped.contains($0) }), !unlisted.isEmpty {
+        logger.notice("devices not listed under mqtt.owntracks.devices, whose messages over MQTT are refused: \(unlisted.joined(separator: ", "))")
+    }
     let inbound = OwnTracksInbound(bus: context.bus, configuration: settings, devices: devices, counters: counters, logger: logger)
     let bridge = HomeAssistantBridge(configuration: settings, zones: config.geofence.zones.map(\.id))
     let (events, eventSink) = AsyncStream.makeStream(of: MQTTClient.Event.self)

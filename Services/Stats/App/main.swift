@@ -32,7 +32,7 @@ await ServiceRunner.main(.stats, configuration: DrivebusConfig.self) { context, 
             // So is a purge: it deletes for good.
             devicePurge: config.stats.listen.isLoopback ? purge : nil,
             map: .init(tileURL: config.stats.map.tileURL, attribution: config.stats.map.attribution, leafletDirectory: config.stats.map.leafletDir),
-            loopbackOnly: config.stats.listen.isLoopback)),
+            loopbackOnly: config.stats.listen.isLoopback, allowedHosts: config.stats.allowedHosts)),
         configuration: .init(address: .hostname(config.stats.listen.host, port: config.stats.listen.port), serverName: "drivebus-stats"),
         onServerRunning: { _ in listening.set() },
         logger: context.logger

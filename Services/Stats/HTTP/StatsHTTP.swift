@@ -34,8 +34,11 @@ public struct StatsHTTPConfiguration: Sendable {
     public var devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])?
     /// The interactive map page at `/map`.
     public var map: MapPageConfiguration
-    /// Stats listens on loopback only: a request must then name a loopback host (DNS rebinding).
+    /// Stats listens on loopback only: a request must then name a loopback host (DNS rebinding),
+    /// or one of `allowedHosts`.
     public var loopbackOnly: Bool
+    /// Names besides this machine's that requests may be addressed to (a reverse proxy's).
+    public var allowedHosts: [String]
 
     public init(
         maxConcurrentExports: Int = 4, chunkBytes: Int = 64 * 1024, bufferedChunks: Int = 4,
@@ -43,10 +46,11 @@ public struct StatsHTTPConfiguration: Sendable {
         maxBodyBytes: Int = 16 * 1024 * 1024, knownDevices: (@Sendable () async -> [KnownDevice])? = nil,
         deviceSetup: (@Sendable (_ device: String) async throws(StatsError) -> [UInt8])? = nil,
         devicePurge: (@Sendable (_ request: DevicePurgeRequest) async throws(StatsError) -> [UInt8])? = nil, map: MapPageConfiguration = .init(),
-        loopbackOnly: Bool = false
+        loopbackOnly: Bool = false, allowedHosts: [String] = []
     ) {
         self.map = map
         self.loopbackOnly = loopbackOnly
+        self.allowedHosts = allowedHosts
         self.devicePurge = devicePurge
         self.knownDevices = knownDevices
         self.deviceSetup = deviceSetup
@@ -64,7 +68,7 @@ public struct StatsHTTPConfiguration: Sendable {
 /// `from` and `to`; bad parameters get 400 `{"error":{"code","field","message"}}`.
 public func makeStatsRouter(store: StatsStore, configuration: StatsHTTPConfiguration = .init()) -> Router<BasicRequestContext> {
     let router = Router(context: BasicRequestContext.self)
-    router.add(middleware: BrowserGuard(loopbackOnly: configuration.loopbackOnly))
+    router.add(middleware: BrowserGuard(loopbackOnly: configuration.loopbackOnly, allowedHosts: Set(configuration.allowedHosts)))
     let exports = ExportGate(limit: configuration.maxConcurrentExports)
 
     router.get("/api/v1/devices") { _, _ in
@@ -369,22 +373,46 @@ public struct DevicePurgeRequest: Sendable, Equatable {
 ///   ledger: a form's plain-text body needs no CORS preflight.)
 struct BrowserGuard: RouterMiddleware {
     let loopbackOnly: Bool
+    /// `stats.allowed_hosts`: a reverse proxy's public names, which its requests keep.
+    let allowedHosts: Set<String>
 
     func handle(_ request: Request, context: BasicRequestContext, next: (Request, BasicRequestContext) async throws -> Response) async throws -> Response {
         func header(_ name: String) -> String? { request.headers.first { $0.name.canonicalName == name }?.value }
         let host = request.head.authority ?? header("host")
-        if loopbackOnly, let host, !ActionGuard.isLoopback(host) {
-            return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "this server answers only to names of this machine", field: "Host"))
+        if loopbackOnly, let host, !isAllowed(host) {
+            return errorResponse(StatsError(
+                status: 403, code: "stats.forbidden", message: "this server answers only to names of this machine and stats.allowed_hosts", field: "Host"))
         }
         if request.method != .get, request.method != .head {
             if let site = header("sec-fetch-site"), !["same-origin", "none"].contains(site) {
                 return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "not from this server's own pages", field: "Sec-Fetch-Site"))
             }
-            if let origin = header("origin"), origin != "http://" + (host ?? ""), origin != "https://" + (host ?? "") {
+            if let origin = header("origin"), !isOwn(origin: origin, host: host) {
                 return errorResponse(StatsError(status: 403, code: "stats.forbidden", message: "not from this server's own pages", field: "Origin"))
             }
         }
         return try await next(request, context)
+    }
+
+    /// This machine's names (`*.localhost` too, which browsers keep on loopback) and the allowed.
+    func isAllowed(_ host: String) -> Bool {
+        let name = Self.name(of: host)
+        return ActionGuard.isLoopback(host) || name.hasSuffix(".localhost") || allowedHosts.contains(name)
+    }
+
+    /// A page of this server: the origin the request was addressed to, or, behind a proxy that
+    /// rewrote `Host`, one of its allowed names.
+    func isOwn(origin: String, host: String?) -> Bool {
+        guard let separator = origin.range(of: "://"), ["http", "https"].contains(origin[..<separator.lowerBound]) else { return false }
+        let authority = String(origin[separator.upperBound...])
+        return authority == host || allowedHosts.contains(Self.name(of: authority))
+    }
+
+    /// A `Host` or origin authority without its port, lower-case.
+    static func name(of authority: String) -> String {
+        let lower = authority.lowercased()
+        if lower.hasPrefix("[") { return String(lower.prefix { $0 != "]" }) + "]" }
+        return String(lower.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
     }
 }
 
