@@ -30,7 +30,11 @@ struct Import: AsyncParsableCommand {
         let config = try loadConfig(options)
         try createDeviceIfMissing(config)
         let unpacked = try TakeoutArchives(files)
-        defer { unpacked.remove() }
+        let interrupts = unpacked.removeOnInterrupt()
+        defer {
+            interrupts.forEach { $0.cancel() }
+            unpacked.remove()
+        }
         let bus = BusClient(settings: config.process, name: "import")
         let failed: Bool
         do {

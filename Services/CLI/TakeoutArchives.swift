@@ -59,6 +59,27 @@ struct TakeoutArchives {
         if let folder { try? FileManager.default.removeItem(at: folder) }
     }
 
+    /// Ctrl-C or SIGTERM in the middle of an import: the extracted history goes too, then the
+    /// process ends as the signal would have ended it (a `defer` does not run then, and the
+    /// history would stay in the temporary folder, in RAM where that is a tmpfs). Keep the
+    /// sources for as long as the import runs.
+    func removeOnInterrupt() -> [any DispatchSourceSignal] {
+        guard let folder else { return [] }
+        return [SIGINT, SIGTERM].map { number in
+            // On Linux, Dispatch installs its own handler for the signal (no SIG_IGN, which would
+            // discard it before Dispatch sees it).
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                try? FileManager.default.removeItem(at: folder)
+                signal(number, SIG_DFL)
+                // To the process, not this thread: Dispatch's threads block the signal.
+                kill(getpid(), number)
+            }
+            source.resume()
+            return source
+        }
+    }
+
     static func isZip(_ path: String) -> Bool {
         guard let handle = FileHandle(forReadingAtPath: path) else { return false }
         defer { try? handle.close() }

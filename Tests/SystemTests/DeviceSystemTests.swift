@@ -104,6 +104,18 @@ import ZIPFoundation
         bus.signal(SIGTERM)
         #expect(try await ingest.exitStatus() == 0)
         #expect(try await bus.exitStatus() == 0)
+
+        // Interrupted while ingest is away: the history extracted from the archive goes too.
+        let temporary = dir.path + "/tmp"
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        var environment = ProcessInfo.processInfo.environment
+        environment["TMPDIR"] = temporary
+        let interrupted = try Child("drivebus", ["import", "--device", "newcar", zip, "--config", path], environment: environment)
+        func extracted() -> [String] { ((try? FileManager.default.contentsOfDirectory(atPath: temporary)) ?? []).filter { $0.hasPrefix("drivebus-import-") } }
+        #expect(await eventually(within: .seconds(20)) { !extracted().isEmpty })
+        interrupted.signal(SIGINT)
+        _ = try await interrupted.exitStatus(within: .seconds(10))  // ended by the interrupt, not left waiting
+        #expect(extracted().isEmpty, "\(interrupted.stdout)\(interrupted.stderr)")
     }
 
     @Test func theDashboardShowsBatteryAndMakesANewSetupCode() async throws {
