@@ -125,8 +125,13 @@ struct Import: AsyncParsableCommand {
                     switch item {
                     case .point(let point):
                         total.points += 1
-                        guard point.time != nil else { continue }
+                        guard let time = point.time else { continue }
                         total.timed += 1
+                        // Left out here rather than refused with its batch (see `Normalizer.refusal`).
+                        if let (field, message) = Normalizer.refusal(time: time, lat: point.lat, lon: point.lon, now: Date()) {
+                            fixes.refuse(point, "\(field): \(message)", reasons: &reasons)
+                            continue
+                        }
                         batch.append(point)
                         if batch.count >= max(1, self.batch) {
                             try await send(batch)
@@ -209,6 +214,12 @@ struct Import: AsyncParsableCommand {
             if pending.count == depth { try await settleOldest(over: channel, reasons: &reasons) }
             // Queued here, not in a task, so that batches leave in the order they were read.
             pending.append((items, channel.send(body(items), timeout: .seconds(30))))
+        }
+
+        /// An item left out before it is sent, for a reason ingest would refuse it for.
+        mutating func refuse(_ item: Item, _ reason: String, reasons: inout [String]) {
+            tally.refused += 1
+            if reasons.count < 5 { reasons.append("\(location(item)): \(reason)") }
         }
 
         mutating func finish(over channel: PipelinedRequester, reasons: inout [String]) async throws {

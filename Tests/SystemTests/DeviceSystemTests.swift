@@ -83,6 +83,29 @@ import ZIPFoundation
 
             """)
 
+        // A point ingest would refuse (dated 1999) is left out before it is sent, and named; the
+        // points around it go in, in the file's order, with their batches.
+        let lines = (0..<30).map { second in
+            let time = second == 3 ? "1999-05-01T10:00:03Z" : "2019-05-02T10:00:\(String(format: "%02d", second))Z"
+            return "\(time),48.2\(String(format: "%02d", second)),16.37"
+        }
+        let drive = dir.file("drive.csv", "time,lat,lon\n" + lines.joined(separator: "\n") + "\n")
+        let bad = try await run("drivebus", ["import", "--device", "newcar", "--batch", "10", drive, "--config", path])
+        #expect(bad.stdout == """
+            \(drive): 30 points, 29 imported, 0 already there, 1 refused, 0 without a time
+              refused line 5: time: time 1999-05-01T10:00:03.000Z is before 2000
+
+            """, "\(bad.stderr)")
+        // In the journal in the file's order: none sent again one by one after a later batch.
+        let reader = BusClient(settings: config.process, name: "test")
+        let page = try await ReplayPage.fetch(from: 1, limit: 1000, bus: reader)
+        await reader.shutdown()
+        let times = page.messages.compactMap { message -> Date? in
+            guard message.topic == "fix.newcar", let fix = try? BusJSON.decode(Fix.self, from: message.payload) else { return nil }
+            return RFC3339.format(fix.time).hasPrefix("2019-05-02") ? fix.time : nil
+        }
+        #expect(times.count == 29 && times == times.sorted(), "\(times.map(RFC3339.format))")
+
         // A Takeout download as it comes, zipped: its history is found inside, the rest skipped.
         let zip = dir.path + "/takeout.zip"
         let archive = try Archive(url: URL(fileURLWithPath: zip), accessMode: .create)

@@ -60,7 +60,7 @@ public final class DroppedReadings: Sendable {
 
 /// The rules every fix passes, whatever client it came from. Time and position must be valid or
 /// the fix is refused; an optional reading that is impossible is left out and counted.
-struct Normalizer: Sendable {
+package struct Normalizer: Sendable {
     /// Fixes from before this are refused: no phone app predates it, and it catches epoch-zero clocks.
     static let earliest = Date(timeIntervalSince1970: 946_684_800)  // 2000-01-01
     static let maxFutureS: TimeInterval = 86_400
@@ -68,12 +68,38 @@ struct Normalizer: Sendable {
     let now: @Sendable () -> Date
     let dropped: DroppedReadings
 
+    /// Why a fix's time, latitude or longitude is refused, if it is: the one rule, for ingest and
+    /// for `drivebus import`, which leaves such a fix out before it sends (a refused batch's good
+    /// fixes, sent again one by one, would arrive after later batches, older than what the
+    /// consumers already have, and trips would drop them).
+    package static func refusal(time: Date, lat: Double, lon: Double, now: Date) -> (field: String, message: String)? {
+        if let problem = timeProblem(time, now: now) { return ("time", problem) }
+        if let problem = latitudeProblem(lat) { return ("lat", problem) }
+        if let problem = longitudeProblem(lon) { return ("lon", problem) }
+        return nil
+    }
+
+    static func timeProblem(_ time: Date, now: Date) -> String? {
+        if time < earliest { return "time \(RFC3339.format(time)) is before 2000" }
+        if time.timeIntervalSince(now) > maxFutureS { return "time \(RFC3339.format(time)) is more than 1 day in the future" }
+        return nil
+    }
+
+    static func latitudeProblem(_ lat: Double) -> String? {
+        guard lat.isFinite else { return "must be a finite number" }
+        return (-90...90).contains(lat) ? nil : "latitude must be from -90 to 90, got \(lat)"
+    }
+
+    static func longitudeProblem(_ lon: Double) -> String? {
+        guard lon.isFinite else { return "must be a finite number" }
+        return (-180...180).contains(lon) ? nil : "longitude must be from -180 to 180, got \(lon)"
+    }
+
     func fix(_ raw: RawFix, device: String, source: FixSource) throws(IngestError) -> Fix {
         try checkTime(raw.time.value, field: raw.time.field)
-        let lat = try finite(raw.lat)
-        let lon = try finite(raw.lon)
-        guard (-90...90).contains(lat) else { throw .invalid(raw.lat.field, "latitude must be from -90 to 90, got \(lat)") }
-        guard (-180...180).contains(lon) else { throw .invalid(raw.lon.field, "longitude must be from -180 to 180, got \(lon)") }
+        if let problem = Self.latitudeProblem(raw.lat.value) { throw .invalid(raw.lat.field, problem) }
+        if let problem = Self.longitudeProblem(raw.lon.value) { throw .invalid(raw.lon.field, problem) }
+        let (lat, lon) = (raw.lat.value, raw.lon.value)
         // Negative accuracy, speed, course or battery is how clients say "not known". A reading no
         // phone can produce is left out (and counted): the position is still worth keeping.
         // Accuracy 0 m is impossible too: it is a placeholder.
@@ -93,10 +119,7 @@ struct Normalizer: Sendable {
     }
 
     func checkTime(_ time: Date, field: String) throws(IngestError) {
-        guard time >= Self.earliest else { throw .invalid(field, "time \(RFC3339.format(time)) is before 2000") }
-        guard time.timeIntervalSince(now()) <= Self.maxFutureS else {
-            throw .invalid(field, "time \(RFC3339.format(time)) is more than 1 day in the future")
-        }
+        if let problem = Self.timeProblem(time, now: now()) { throw .invalid(field, problem) }
     }
 
     /// Times travel at millisecond precision, so that a fix reads back exactly as it was stored.
@@ -114,11 +137,6 @@ struct Normalizer: Sendable {
             return nil
         }
         return value
-    }
-
-    private func finite(_ value: RawFix.Value<Double>) throws(IngestError) -> Double {
-        guard value.value.isFinite else { throw .invalid(value.field, "must be a finite number") }
-        return value.value
     }
 
     /// Client timestamps: epoch seconds, epoch milliseconds (above 2147483647), RFC 3339 / ISO 8601
