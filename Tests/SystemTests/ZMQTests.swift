@@ -225,12 +225,19 @@ struct Messages {
         let loop = ZMQLoop(name: "timers")
         let delays = [40, 5, 25, 15, 60, 10, 30, 20, 50, 35, 45, 55]
         let (fired, firing) = AsyncStream.makeStream(of: Int.self)
-        try await loop.perform { io in
+        // Each deadline is counted from when its timer is scheduled, and on a busy machine the
+        // loop below can be preempted between two: each deadline is known to lie between the
+        // clock read just before its `schedule` and just after.
+        let deadlines = try await loop.perform { io -> [(earliest: ContinuousClock.Instant, latest: ContinuousClock.Instant)] in
+            var deadlines: [(earliest: ContinuousClock.Instant, latest: ContinuousClock.Instant)] = []
             for (index, delay) in delays.enumerated() {
+                let before = ContinuousClock.now
                 io.schedule(after: .milliseconds(delay)) { firing.yield(index) }
+                deadlines.append((before + .milliseconds(delay), .now + .milliseconds(delay)))
             }
             // Held past every deadline, so that all are due in the loop's next round together.
             usleep(100_000)
+            return deadlines
         }
         // A timer that never fires fails the test instead of hanging it.
         let deadline = Task {
@@ -243,7 +250,11 @@ struct Messages {
             if order.count == delays.count { break }
         }
         deadline.cancel()
-        #expect(order == delays.indices.sorted { delays[$0] < delays[$1] })
+        #expect(Set(order) == Set(delays.indices))
+        // In deadline order: no timer fired after one whose deadline was surely later.
+        for (first, second) in zip(order, order.dropFirst()) {
+            #expect(deadlines[first].earliest <= deadlines[second].latest, "\(order)")
+        }
         await loop.shutdown()
     }
 
