@@ -216,7 +216,8 @@ struct Import: AsyncParsableCommand {
             pending.append((items, channel.send(body(items), timeout: .seconds(30))))
         }
 
-        /// An item left out before it is sent, for a reason ingest would refuse it for.
+        /// An item refused: by ingest, or left out before it is sent for a reason ingest would
+        /// refuse it for. The first five reasons are kept.
         mutating func refuse(_ item: Item, _ reason: String, reasons: inout [String]) {
             tally.refused += 1
             if reasons.count < 5 { reasons.append("\(location(item)): \(reason)") }
@@ -238,8 +239,7 @@ struct Import: AsyncParsableCommand {
                         // Only the item's own fault counts as refused; ingest overloaded or
                         // restarting stops the import, which says so and exits non-zero, and
                         // running it again finishes the job.
-                        tally.refused += 1
-                        if reasons.count < 5 { reasons.append("\(location(item)): \(error.message.replacingOccurrences(of: "\(field)[0].", with: ""))") }
+                        refuse(item, error.message.replacingOccurrences(of: "\(field)[0].", with: ""), reasons: &reasons)
                     }
                 }
             }

@@ -101,7 +101,7 @@ import Testing
 
 /// A config for ingest and stats on free loopback ports, with state in `dir/name`, the devices
 /// given (each with the token `<id>-token-0123456789`) and `extra` lines; written to `name.yaml`.
-private func testSystem(_ dir: TempDir, _ name: String, devices: [String] = ["car"], extra: String = "") throws
+func testSystem(_ dir: TempDir, _ name: String, devices: [String] = ["car"], extra: String = "") throws
     -> (path: String, config: DrivebusConfig, ingest: Int, stats: Int)
 {
     let ports = freePorts(2)

@@ -32,20 +32,12 @@ extension StreamFollowerTests {
     /// the backlog is applied, rather than judge a ride's silence between its records.
     @Test func theCatchUpIsHeldLikeAnyReplay() async throws {
         let dir = TempDir()
-        let ports = freePorts(1)
-        let yaml = """
-            state_dir: \(dir.path)/state
-            heartbeat_interval_s: 0.2
-            devices: [{id: car, token: car-token-0123456789}]
-            ingest: {listen: "127.0.0.1:\(ports[0])"}
-            """
-        let path = dir.file("state.yaml", yaml)
-        let config = try DrivebusConfig.parse(yaml: yaml)
+        let (path, config, ingestPort, _) = try testSystem(dir, "state")
         let children = try ["drivebus-bus", "drivebus-ingest"].map { try Child($0, ["--config", path]) }
         defer { for child in children { child.signal(SIGKILL) } }
         try await waitUntilLive(.ingest, config: config)
         let fixes = (0..<50).map { #"{"time":"\#(RFC3339.format(Date(timeIntervalSince1970: 1_763_000_000 + Double($0))))","lat":48.2,"lon":\#(16.3 + Double($0) * 1e-4)}"# }
-        let posted = try await http("POST", "http://127.0.0.1:\(ports[0])/api/v1/fixes", token: "car-token-0123456789", body: Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8))
+        let posted = try await http("POST", "http://127.0.0.1:\(ingestPort)/api/v1/fixes", token: "car-token-0123456789", body: Data(#"{"fixes":[\#(fixes.joined(separator: ","))]}"#.utf8))
         #expect(posted.status == 200, "\(posted.body)")
 
         let steps = Mutex<[String]>([])

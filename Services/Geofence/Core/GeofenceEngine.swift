@@ -162,7 +162,7 @@ public struct GeofenceEngine: Sendable, Codable {
         // dated ahead of the clock, followed by one that is not, was a clock error (ingest takes
         // fixes up to a day ahead): it must not turn every fix of the next day into a straggler,
         // and so keep the gate shut. A phone whose clock is always ahead is judged as before.
-        if let previous, time < previous.time, !(Self.isAhead(previous.time, of: now) && !Self.isAhead(time, of: now)) { return [] }
+        if let previous, time < previous.time, !Self.wasClockError(previous.time, correctedBy: time, now: now) { return [] }
         let here = DeviceState.Position(time: time, lat: fix.lat, lon: fix.lon, seq: fix.seq)
         devices[slot].lastFix = here
         let point = Coordinate(lat: fix.lat, lon: fix.lon)
@@ -257,7 +257,7 @@ public struct GeofenceEngine: Sendable, Codable {
             if let seq = fix.seq, firing.seq == seq { return nil }  // never twice for one fix
             // A firing dated ahead of the clock, by a fix with a wrong time, does not hold the gate
             // shut until the clock gets there for a correctly dated fix.
-            guard time - firing.time >= gate.cooldownS || (Self.isAhead(firing.time, of: now) && !Self.isAhead(time, of: now)) else { return nil }
+            guard time - firing.time >= gate.cooldownS || Self.wasClockError(firing.time, correctedBy: time, now: now) else { return nil }
         }
         let firing = DeviceState.Firing(gateID: gate.id, gate: gateIndex, time: time, seq: fix.seq)
         if let last { devices[slot].firings[last] = firing } else { devices[slot].firings.append(firing) }
@@ -341,6 +341,13 @@ public struct GeofenceEngine: Sendable, Codable {
     /// Whether `time` lies ahead of the clock `now` by more than `clockSkewS` (false when the
     /// clock is not known).
     static func isAhead(_ time: Double, of now: Double) -> Bool { isSane(now) && time > now + clockSkewS }
+
+    /// Whether a time the device's state holds was a clock error that `time`, correctly dated,
+    /// now corrects: it lies ahead of the clock and `time` does not. (A phone whose clock is
+    /// always ahead is judged as any other.)
+    static func wasClockError(_ stored: Double, correctedBy time: Double, now: Double) -> Bool {
+        isAhead(stored, of: now) && !isAhead(time, of: now)
+    }
 
     /// The fix's seq, or for a fix that has none (not from the journal) its time in milliseconds.
     static func fixKey(seq: UInt64?, time: Double) -> String {

@@ -24,16 +24,14 @@ extension StatsStore {
             // Stats keeps every journal record it stored as an event row too (`journal:<seq>`,
             // the whole payload, position included). Those of the purged records are emptied,
             // not deleted: the row is what makes a record stored again (a replay) change nothing.
-            // A fix's is found by its seq, before its fix goes; any of them by the time in its
-            // payload too (rows stored before they carried their record's own time carry when
-            // they arrived, and a fix expired before then has no row in `fixes` left to find
-            // it by; a scan, but purges are rare).
+            // Found by the time in the payload (rows stored before they carried their record's
+            // own time carry when they arrived, and a fix expired before then has no row in
+            // `fixes` left to find it by): a scan, but purges are rare.
             try db.execute(sql: """
                 UPDATE events SET payload = \(StatsStore.emptiedPayload)
-                WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ?1 AND time_ms BETWEEN ?2 AND ?3 AND seq IS NOT NULL)
-                    OR (device = ?1 AND source = 'ingest' AND type IN ('fix', 'motion', 'client.transition', 'visit')
-                        AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ?4 AND ?5)
-                """, arguments: [device, low, high, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
+                WHERE device = ? AND source = 'ingest' AND type IN ('fix', 'motion', 'client.transition', 'visit')
+                    AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ? AND ?
+                """, arguments: [device, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
             let journalRows = db.changesCount
             try delete("fixes", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
             // Figures kept from expired fixes: a day's go whole if the range touches it.
