@@ -72,7 +72,7 @@ struct JournalBench: AsyncParsableCommand {
             try? FileManager.default.removeItem(atPath: state)
             try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
             let started = ContinuousClock.now
-            let journal = try Journal(path: directory) { _, _ in }
+            let journal = try Journal(path: directory) { _ in }
             let batch = 10_000
             try await withThrowingTaskGroup(of: Void.self) { group in
                 for worker in 0..<2 {
@@ -94,7 +94,7 @@ struct JournalBench: AsyncParsableCommand {
         // Opening in this process.
         let rssBefore = Self.residentMegabytes()
         let opening = ContinuousClock.now
-        let big = try Journal(path: directory) { _, _ in }
+        let big = try Journal(path: directory) { _ in }
         let openSeconds = seconds(opening.duration(to: .now))
         let layout = big.layout
         report(["name": "journal open", "records": big.lastSeq, "bytes": bytes, "sealed_segments": layout.sealedSegments,
@@ -145,7 +145,7 @@ struct JournalBench: AsyncParsableCommand {
                     bigRates.append(try await Self.appendRate(fresh, to: big))
                     seals.big.append(big.layout.sealedSegments - sealedBefore)
                 } else {
-                    let empty = try Journal(path: emptyDirectory) { _, _ in }
+                    let empty = try Journal(path: emptyDirectory) { _ in }
                     // As many bytes as the big journal's active segment holds now (segments seal
                     // by size), in ever smaller pieces so as not to pass it. Older than the run's
                     // fixes, so that they never send dedup to a sealed segment.
@@ -206,7 +206,7 @@ struct JournalBench: AsyncParsableCommand {
         let directory = state + "/year"
         try? FileManager.default.removeItem(atPath: directory)
         defer { try? FileManager.default.removeItem(atPath: directory) }
-        let journal = try Journal(path: directory) { _, _ in }
+        let journal = try Journal(path: directory) { _ in }
         defer { journal.shutdown() }
         let yearStart = Date().timeIntervalSince1970 - 3 * 365 * 86_400
         let perDay = yearDays == 365 ? 7200 : max(1, 7200 * yearDays / 365)
@@ -272,7 +272,7 @@ struct JournalBench: AsyncParsableCommand {
     /// Records in a journal directory (0 when there is none): opened, which also checks it.
     static func count(_ directory: String) throws -> Int {
         guard FileManager.default.fileExists(atPath: directory) else { return 0 }
-        let journal = try Journal(path: directory) { _, _ in }
+        let journal = try Journal(path: directory) { _ in }
         defer { journal.shutdown() }
         return Int(journal.lastSeq)
     }

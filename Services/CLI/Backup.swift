@@ -92,7 +92,7 @@ struct Backup: ParsableCommand {
             // A journal copied while it grew may end in half a record: cut it as a restart would.
             switch file.kind {
             case .ingestJournal where file.name == "journal":
-                let journal = try Journal(path: to) { _, _ in }
+                let journal = try Journal(path: to) { _ in }
                 entry["last_seq"] = journal.lastSeq
                 journal.shutdown()
             case .ingestJournal:

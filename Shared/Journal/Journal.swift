@@ -72,8 +72,9 @@ public final class Journal: Sendable {
         public let payload: [UInt8]
     }
 
-    /// Called on the writer thread after each commit, once per new record, in `seq` order.
-    public typealias Publish = @Sendable (_ entry: Entry, _ record: JournalRecord) -> Void
+    /// Called on the writer thread after each commit with the records it added, in `seq` order
+    /// (never empty): a commit's records can go out together.
+    public typealias Publish = @Sendable (_ committed: [(entry: Entry, record: JournalRecord)]) -> Void
 
     private struct Pending {
         let records: [PreparedRecord]
@@ -576,7 +577,7 @@ public final class Journal: Sendable {
         var newOffsets: [Int64] = []
         var newEntries: [SegmentIndex.DeviceEntry] = []
         var newKeys: [DedupKey] = []
-        var written: [(Entry, JournalRecord)] = []
+        var written: [(entry: Entry, record: JournalRecord)] = []
         var outcomes: [[Outcome]] = []
 
         for batch in batches {
@@ -617,7 +618,7 @@ public final class Journal: Sendable {
             segments.active.entries.append(contentsOf: newEntries)
             segments.active.end = offset
         }
-        for (entry, record) in written { publish(entry, record) }
+        if !written.isEmpty { publish(written) }
         // Before the answers, so that what a caller sees next is the journal after the seal.
         let sealFailure = sealIfFull(force: batches.contains { $0.sealAfter })
         for (batch, batchOutcomes) in zip(batches, outcomes) {

@@ -42,9 +42,11 @@ public final class Broker: Service, Sendable {
                 frontend = try ZMQSocket(context, .xsub)
                 backend = try ZMQSocket(context, .xpub)
                 // Room for bursts; beyond it PUB/SUB drops and consumers replay. Per subscriber
-                // that lags (a fast import), the bus holds at most 20,000 messages for it.
-                try frontend.setHighWaterMarks(send: 200_000, receive: 200_000)
-                try backend.setHighWaterMarks(send: 20_000, receive: 20_000)
+                // that lags (a fast import), the bus holds at most 2,000 messages for it: a
+                // journal page is up to 16 KB, so that is 32 MB at most, and the subscriber's
+                // own queue comes after it.
+                try frontend.setHighWaterMarks(send: 50_000, receive: 50_000)
+                try backend.setHighWaterMarks(send: 2_000, receive: 2_000)
                 if let curve = endpoints.in.curve { try frontend.setCurve(curve) }
                 if let curve = endpoints.out.curve { try backend.setCurve(curve) }
                 try frontend.bind(endpoints.in.address)

@@ -317,16 +317,7 @@ public struct ReplayPage: Sendable {
     public init(reply: [UInt8]) throws(RPCErrorBody) {
         var messages: [JournalMessage] = []
         lastSeq = try PageReply.read(reply, name: "replay", items: "messages") { (reader: inout JSONReader) throws(JSONReader.Failure) in
-            var seq: UInt64?, topic: String?, payload: [UInt8]?
-            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-                switch key {
-                case "seq": seq = try reader.readUInt64()
-                case "topic": topic = try reader.readString()
-                case "payload": payload = try reader.readRawValue()
-                default: try reader.skipValue()
-                }
-            }
-            if let seq, let topic, let payload { messages.append(JournalMessage(seq: seq, topic: topic, payload: payload)) }
+            if let message = try JournalPage.readElement(&reader) { messages.append(message) }
         }
         self.messages = messages
     }

@@ -23,21 +23,28 @@ public struct StreamSource<Record: StreamRecord>: Sendable {
     public let topics: [String]
     /// The heartbeat's `last_seq` key that holds the stream's last seq.
     public let heartbeatKey: String
-    /// The record a live bus message carries, or nil for one that is not of this stream.
-    public let record: @Sendable (BusMessage) -> Record?
+    /// How many of its live messages a follower's subscription holds before newer ones are
+    /// dropped (and replayed later).
+    public let highWaterMark: Int32
+    /// The records a live bus message carries: none for one that is not of this stream.
+    public let records: @Sendable (BusMessage) -> [Record]
     /// One page of records from `from` on, and the stream's last seq.
     public let replay: @Sendable (_ bus: BusClient, _ from: UInt64, _ limit: Int) async throws -> (records: [Record], lastSeq: UInt64)
 }
 
 extension StreamSource where Record == JournalMessage {
-    /// The ingest journal: fixes, motion, check-ins, imports, sessions.
+    /// The ingest journal: fixes, motion, check-ins, imports, sessions, followed in the pages
+    /// ingest publishes for each commit (`JournalBroadcast`).
     public static var journal: StreamSource {
         StreamSource(
-            name: "journal", service: .ingest, topics: JournalTopics.prefixes, heartbeatKey: "journal",
-            record: { message in
-                // Only ingest writes the journal; anything else on these topics is not journal data.
-                guard message.header.source == "ingest", let seq = JournalConsumerSeq.of(message) else { return nil }
-                return JournalMessage(seq: seq, topic: message.topic, payload: message.payload)
+            // A page holds up to 16 KB, so 400 of them are at most about 6.5 MB.
+            name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", highWaterMark: 400,
+            records: { message in
+                // Only ingest writes the journal; anything else on this topic is not journal data.
+                // A page that does not read is left out: the next page or heartbeat shows the gap,
+                // and it is replayed.
+                guard message.header.source == "ingest", message.topic == JournalPage.type else { return [] }
+                return (try? JournalPage.decode(message.payload)) ?? []
             },
             replay: { bus, from, limit in
                 let page = try await ReplayPage.fetch(from: from, limit: limit, bus: bus)
@@ -51,11 +58,14 @@ extension StreamSource where Record == LoggedEvent {
     public static func events(of service: ServiceName, types: [String]) -> StreamSource {
         StreamSource(
             name: "events.\(service.rawValue)", service: service, topics: types.map { $0 + "." }, heartbeatKey: "events",
-            record: { message in
-                guard message.header.source == service.rawValue, let seq = message.header.logSeq else { return nil }
-                return LoggedEvent(
-                    seq: seq, type: message.header.type, device: message.device, id: message.header.id, time: message.header.time,
-                    payload: message.payload)
+            highWaterMark: 10_000,
+            records: { message in
+                guard message.header.source == service.rawValue, let seq = message.header.logSeq else { return [] }
+                return [
+                    LoggedEvent(
+                        seq: seq, type: message.header.type, device: message.device, id: message.header.id, time: message.header.time,
+                        payload: message.payload)
+                ]
             },
             replay: { bus, from, limit in try await EventsRPC.fetch(service, from: from, limit: limit, bus: bus) })
     }
@@ -97,7 +107,7 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
         // A small backlog: what falls behind it is replayed from the source. A consumer that
         // lags a fast import then holds a few megabytes instead of the import (a 2 GB history
         // held gigabytes in every consumer).
-        var groups = try await bus.subscribe(source.topics + [heartbeat], highWaterMark: 10_000, bufferLimit: 64)
+        var groups = try await bus.subscribe(source.topics + [heartbeat], highWaterMark: source.highWaterMark, bufferLimit: 64)
             .groups.cancelOnGracefulShutdown().makeAsyncIterator()
         // The catch-up is held like any replay: the wall clock must not decide between records
         // of a backlog while later ones are still to be applied.
@@ -125,17 +135,18 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
                     }
                     continue
                 }
-                guard let record = source.record(message) else { continue }
-                var step = cursor.received(record.seq)
-                if case .fill(let through) = step {
-                    try await flush(&batch, apply)
-                    logger.notice("\(source.name): gap, replaying", metadata: ["from": "\(cursor.lastApplied + 1)", "through": "\(through)"])
-                    try await replay(&cursor, through: through, hold: hold, apply: apply)
-                    step = cursor.afterFill(record.seq)
-                }
-                if step == .apply {
-                    batch.append(record)
-                    cursor.applied(record.seq)
+                for record in source.records(message) {
+                    var step = cursor.received(record.seq)
+                    if case .fill(let through) = step {
+                        try await flush(&batch, apply)
+                        logger.notice("\(source.name): gap, replaying", metadata: ["from": "\(cursor.lastApplied + 1)", "through": "\(through)"])
+                        try await replay(&cursor, through: through, hold: hold, apply: apply)
+                        step = cursor.afterFill(record.seq)
+                    }
+                    if step == .apply {
+                        batch.append(record)
+                        cursor.applied(record.seq)
+                    }
                 }
             }
             try await flush(&batch, apply)
@@ -245,17 +256,3 @@ public enum EventsRPC {
         return (events, last)
     }
 }
-
-/// The seq of a journaled payload, live off the bus.
-enum JournalConsumerSeq {
-    /// Ingest puts the journal seq in the header; the payload's `seq` is read only for a message
-    /// from an ingest older than that, which saves every consumer a second decode of each fix.
-    static func of(_ message: BusMessage) -> UInt64? {
-        if let seq = message.header.logSeq { return seq }
-        if message.topic.hasPrefix("fix.") { return (try? message.decode(Fix.self))?.seq }
-        return (try? message.decode(SeqOnly.self))?.seq
-    }
-}
-
-/// Every journaled payload carries its journal seq.
-private struct SeqOnly: Decodable { let seq: UInt64? }

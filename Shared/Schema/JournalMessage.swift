@@ -201,3 +201,93 @@ public enum CheckpointConfiguration {
         return info
     }
 }
+
+/// Journal records carried together, each `{"seq":…,"topic":…,"payload":…}`: the `messages` of
+/// a replay page, and the bus's `journal.page`, where ingest publishes what each commit added.
+/// Journal followers take pages instead of a message per record: a batch of a hundred fixes is
+/// then a message or two for the broker and every consumer to pass on, not a hundred
+/// (docs/events.md). The payloads are JSON already and go in and out as their bytes.
+public enum JournalPage {
+    /// The bus type of a page of live records; its `log_seq` is the page's first record's seq.
+    public static let type = "journal.page"
+    /// A live page holds records up to this many bytes (a larger record goes alone). The bus's
+    /// queues count messages, not bytes, so this bounds what a lagging follower's queue holds.
+    public static let maxBytes = 16 * 1024
+
+    /// A live page's payload: `{"messages":[…]}`.
+    public struct Builder {
+        public private(set) var bytes: [UInt8] = []
+        public private(set) var firstSeq: UInt64?
+
+        public init() {}
+
+        public var isEmpty: Bool { firstSeq == nil }
+
+        /// Whether `payloadBytes` more would take a non-empty page past `maxBytes`.
+        public func isFull(adding payloadBytes: Int) -> Bool {
+            !isEmpty && bytes.count + payloadBytes + 64 > JournalPage.maxBytes
+        }
+
+        public mutating func append(seq: UInt64, topic: String, payload: [UInt8]) {
+            if firstSeq == nil {
+                firstSeq = seq
+                bytes.reserveCapacity(min(JournalPage.maxBytes, payload.count * 2 + 64))
+                bytes += #"{"messages":["#.utf8
+            } else {
+                bytes.append(UInt8(ascii: ","))
+            }
+            JournalPage.appendElement(seq: seq, topic: topic, payload: payload, to: &bytes)
+        }
+
+        /// The finished payload and its first seq; the builder is empty again after.
+        public mutating func take() -> (firstSeq: UInt64, payload: [UInt8])? {
+            guard let firstSeq else { return nil }
+            bytes += "]}".utf8
+            defer { self = Builder() }
+            return (firstSeq, bytes)
+        }
+    }
+
+    /// Appends one element. Topics are printable ASCII without quotes (`Topic`), so they go in
+    /// without escaping.
+    public static func appendElement(seq: UInt64, topic: String, payload: [UInt8], to out: inout [UInt8]) {
+        out += #"{"seq":"#.utf8
+        out.appendDecimal(seq)
+        out += #","topic":""#.utf8
+        out += topic.utf8
+        out += #"","payload":"#.utf8
+        out += payload
+        out.append(UInt8(ascii: "}"))
+    }
+
+    /// Reads one element; nil for one that lacks a part.
+    public static func readElement(_ reader: inout JSONReader) throws(JSONReader.Failure) -> JournalMessage? {
+        var seq: UInt64?, topic: String?, payload: [UInt8]?
+        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+            switch key {
+            case "seq": seq = try reader.readUInt64()
+            case "topic": topic = try reader.readString()
+            case "payload": payload = try reader.readRawValue()
+            default: try reader.skipValue()
+            }
+        }
+        guard let seq, let topic, let payload else { return nil }
+        return JournalMessage(seq: seq, topic: topic, payload: payload)
+    }
+
+    /// The records of a live page's payload, in its order.
+    public static func decode(_ bytes: [UInt8]) throws(JSONReader.Failure) -> [JournalMessage] {
+        var messages: [JournalMessage] = []
+        var reader = JSONReader(bytes)
+        try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+            switch key {
+            case "messages": try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in
+                if let message = try readElement(&reader) { messages.append(message) }
+            }
+            default: try reader.skipValue()
+            }
+        }
+        try reader.finish()
+        return messages
+    }
+}

@@ -16,7 +16,7 @@ final class Published: Sendable {
     var all: [Journal.Entry] { entries.withLock { $0.map(\.0) } }
     var fixes: [Fix] { all.filter { $0.topic.hasPrefix("fix.") }.map { try! BusJSON.decode(Fix.self, from: $0.payload) } }
     var count: Int { entries.withLock { $0.count } }
-    func add(_ entry: Journal.Entry, _ record: JournalRecord) { entries.withLock { $0.append((entry, record)) } }
+    func add(_ committed: [(entry: Journal.Entry, record: JournalRecord)]) { entries.withLock { $0 += committed.map { ($0.entry, $0.record) } } }
 }
 
 /// A handler over a real journal in a temporary directory.
@@ -35,7 +35,7 @@ struct IngestHarness {
             .init(id: "bike", token: "bike-token-0123456789", allowIDAuth: false, home: nil),
         ] + Self.osmandIDs.map { .init(id: $0, token: nil, allowIDAuth: true, home: nil) }
         let published = published
-        journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
+        journal = try Journal(path: dir.path + "/journal") { published.add($0) }
         handler = IngestHandler(config: config, journal: journal, arrivalOrder: arrivalOrder, now: { now })
     }
 
@@ -54,7 +54,7 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let published = Published()
-        var journal: Journal? = try Journal(path: path) { published.add($0, $1) }
+        var journal: Journal? = try Journal(path: path) { published.add($0) }
         let first = try await journal!.append((0..<3).map { fix($0) })
         #expect(first == [.journaled(seq: 1), .journaled(seq: 2), .journaled(seq: 3)])
         // A re-sent batch, with one new fix and a duplicate inside the batch itself.
@@ -66,7 +66,7 @@ struct IngestHarness {
         journal!.shutdown()
         journal = nil
 
-        let reopened = try Journal(path: path) { published.add($0, $1) }
+        let reopened = try Journal(path: path) { published.add($0) }
         #expect(reopened.lastSeq == 5)
         #expect(try reopened.replay(fromSeq: 1, limit: 100) == published.all)
         #expect(try reopened.replay(fromSeq: 4, limit: 1).map(\.seq) == [4])
@@ -81,7 +81,7 @@ struct IngestHarness {
     @Test func numberedPayloadsAreTheRecordsEncodedWithTheirSeq() async throws {
         let dir = TempDir()
         let published = Published()
-        let journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
+        let journal = try Journal(path: dir.path + "/journal") { published.add($0) }
         var fix = Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000.25), lat: 48.5, lon: -16.25, source: .api)
         fix.accuracyM = 5
         fix.speedMps = 12.5
@@ -104,10 +104,10 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let atZero = JournalRecord(.fix(Fix(device: "car", time: Date(timeIntervalSince1970: 1_700_000_000), lat: -0.0, lon: -0.0, source: .api)))
-        let journal = try Journal(path: path) { _, _ in }
+        let journal = try Journal(path: path) { _ in }
         #expect(try await journal.append([atZero]) == [.journaled(seq: 1)])
         journal.shutdown()
-        let reopened = try Journal(path: path) { _, _ in }
+        let reopened = try Journal(path: path) { _ in }
         #expect(try await reopened.append([atZero]) == [.duplicate])
         reopened.shutdown()
     }
@@ -116,7 +116,7 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let segment = path + "/00000000000000000001.seg"
-        let journal = try Journal(path: path) { _, _ in }
+        let journal = try Journal(path: path) { _ in }
         _ = try await journal.append([fix(0), fix(1)])
         journal.shutdown()
         let intact = try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int
@@ -126,7 +126,7 @@ struct IngestHarness {
         try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
         try handle.close()
 
-        let reopened = try Journal(path: path) { _, _ in }
+        let reopened = try Journal(path: path) { _ in }
         #expect(reopened.lastSeq == 2)
         #expect(try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int == intact)
         #expect(try await reopened.append([fix(2)]) == [.journaled(seq: 3)])
@@ -138,7 +138,7 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let segment = path + "/00000000000000000001.seg"
-        let journal = try Journal(path: path) { _, _ in }
+        let journal = try Journal(path: path) { _ in }
         _ = try await journal.append([fix(0), fix(1), fix(2)])
         journal.shutdown()
         // Flip a byte inside the first record's body.
@@ -146,7 +146,7 @@ struct IngestHarness {
         try handle.seek(toOffset: 12)
         try handle.write(contentsOf: Data([0x58]))
         try handle.close()
-        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _, _ in } }
+        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _ in } }
     }
 
     /// Start-up reads the journal in pieces; records that straddle two pieces come out whole, and
@@ -156,13 +156,13 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let segment = path + "/00000000000000000001.seg"
-        let journal = try Journal(path: path) { _, _ in }
+        let journal = try Journal(path: path) { _ in }
         _ = try await journal.append((0..<50).map { fix($0) })
         let written = try journal.replay(fromSeq: 1, limit: 100)
         journal.shutdown()
         var options = Journal.Options()
         options.scanChunkBytes = chunkBytes
-        let reopened = try Journal(path: path, options: options) { _, _ in }
+        let reopened = try Journal(path: path, options: options) { _ in }
         #expect(reopened.lastSeq == 50)
         #expect(try reopened.replay(fromSeq: 1, limit: 100) == written)
         #expect(try await reopened.append([fix(7), fix(50)]) == [.duplicate, .journaled(seq: 51)])
@@ -174,7 +174,7 @@ struct IngestHarness {
         try handle.seekToEnd()
         try handle.write(contentsOf: Data([0x40, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef]) + Data("fix.car\n{\"dev".utf8))
         try handle.close()
-        let cut = try Journal(path: path, options: options) { _, _ in }
+        let cut = try Journal(path: path, options: options) { _ in }
         #expect(cut.lastSeq == 51)
         cut.shutdown()
         #expect(try FileManager.default.attributesOfItem(atPath: segment)[.size] as! Int == intact)
@@ -184,7 +184,7 @@ struct IngestHarness {
         try damaged.seek(toOffset: 12)
         try damaged.write(contentsOf: Data([0x58]))
         try damaged.close()
-        #expect(throws: Journal.Failure.self) { try Journal(path: path, options: options) { _, _ in } }
+        #expect(throws: Journal.Failure.self) { try Journal(path: path, options: options) { _ in } }
     }
 
     /// A damaged length field reads like a record cut off at the end of the file; the records
@@ -193,20 +193,20 @@ struct IngestHarness {
         let dir = TempDir()
         let path = dir.path + "/journal"
         let segment = path + "/00000000000000000001.seg"
-        let journal = try Journal(path: path) { _, _ in }
+        let journal = try Journal(path: path) { _ in }
         _ = try await journal.append([fix(0), fix(1), fix(2)])
         journal.shutdown()
         let handle = try FileHandle(forUpdating: URL(fileURLWithPath: segment))
         try handle.seek(toOffset: 2)
         try handle.write(contentsOf: Data([0x7F]))  // the first record's length, now ~8 MB
         try handle.close()
-        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _, _ in } }
+        #expect(throws: Journal.Failure.self) { try Journal(path: path) { _ in } }
     }
 
     @Test func concurrentBatchesShareCommitsAndKeepSeqGapless() async throws {
         let dir = TempDir()
         let published = Published()
-        let journal = try Journal(path: dir.path + "/journal") { published.add($0, $1) }
+        let journal = try Journal(path: dir.path + "/journal") { published.add($0) }
         try await withThrowingTaskGroup(of: [Journal.Outcome].self) { group in
             for batch in 0..<40 {
                 group.addTask { try await journal.append((0..<50).map { self.fix(batch * 50 + $0) }) }

@@ -37,7 +37,7 @@ import Testing
         let dir = TempDir()
         let path = dir.path + "/journal"
         let published = Published()
-        let journal = try Journal(path: path, options: smallSegments()) { published.add($0, $1) }
+        let journal = try Journal(path: path, options: smallSegments()) { published.add($0) }
         for batch in 0..<20 {
             _ = try await journal.append((0..<25).map { fix(batch * 25 + $0) })
         }
@@ -54,7 +54,7 @@ import Testing
         #expect(try await journal.append([fix(3), fix(250), fix(499)]) == [.duplicate, .duplicate, .duplicate])
         journal.shutdown()
 
-        let reopened = try Journal(path: path, options: smallSegments()) { published.add($0, $1) }
+        let reopened = try Journal(path: path, options: smallSegments()) { published.add($0) }
         #expect(reopened.lastSeq == 500)
         #expect(reopened.layout == layout)
         #expect(try reopened.replay(fromSeq: 1, limit: 1000) == published.all)
@@ -73,7 +73,7 @@ import Testing
     @Test func replayByDeviceAndTimeFindsExactlyThatDevicesRecords() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal"
-        let journal = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: path, options: smallSegments()) { _ in }
         // Two devices interleaved, then one device's day resent late: imported history.
         for batch in 0..<10 {
             _ = try await journal.append((0..<20).flatMap { [fix(batch * 20 + $0), fix(batch * 20 + $0, device: "bike")] })
@@ -100,7 +100,7 @@ import Testing
     @Test func aDamagedOrMissingIndexIsRebuiltFromItsSegment() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal"
-        let journal = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: path, options: smallSegments()) { _ in }
         for batch in 0..<8 { _ = try await journal.append((0..<25).map { fix(batch * 25 + $0) }) }
         let written = try journal.replay(fromSeq: 1, limit: 1000)
         journal.shutdown()
@@ -113,7 +113,7 @@ import Testing
         try damaged.write(to: URL(fileURLWithPath: first))
         try FileManager.default.removeItem(atPath: path + "/" + indexes[1])
 
-        let reopened = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let reopened = try Journal(path: path, options: smallSegments()) { _ in }
         #expect(try Data(contentsOf: URL(fileURLWithPath: first)) == original)
         #expect(try files(path, ".idx") == indexes)
         #expect(try reopened.replay(fromSeq: 1, limit: 1000) == written)
@@ -124,7 +124,7 @@ import Testing
     @Test func aCrashBetweenSealingAndTheNextSegmentLosesNothing() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal"
-        let journal = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: path, options: smallSegments()) { _ in }
         _ = try await journal.append((0..<100).map { fix($0) })
         journal.shutdown()
         // One batch past the segment size: sealed, and an empty segment begun. Without that
@@ -133,7 +133,7 @@ import Testing
         #expect(segments.count == 2)
         #expect(try FileManager.default.attributesOfItem(atPath: path + "/" + segments[1])[.size] as! Int == 0)
         try FileManager.default.removeItem(atPath: path + "/" + segments[1])
-        let reopened = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let reopened = try Journal(path: path, options: smallSegments()) { _ in }
         #expect(reopened.lastSeq == 100)
         #expect(try files(path, ".seg") == segments)
         #expect(try await reopened.append([fix(0), fix(100)]) == [.duplicate, .journaled(seq: 101)])
@@ -143,7 +143,7 @@ import Testing
     @Test func aTornSegmentBeforeOthersIsRefused() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal"
-        let journal = try Journal(path: path, options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: path, options: smallSegments()) { _ in }
         _ = try await journal.append((0..<100).map { fix($0) })
         journal.shutdown()
         let first = try files(path, ".seg")[0]
@@ -151,13 +151,13 @@ import Testing
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path + "/" + first))
         try handle.truncate(atOffset: try handle.seekToEnd() - 5)
         try handle.close()
-        #expect(throws: Journal.Failure.self) { try Journal(path: path, options: smallSegments()) { _, _ in } }
+        #expect(throws: Journal.Failure.self) { try Journal(path: path, options: smallSegments()) { _ in } }
     }
 
     /// A journal of one file, from before segments, becomes the first segment and is sealed.
     @Test func aSingleFileJournalIsAdoptedAsTheFirstSegment() async throws {
         let dir = TempDir()
-        let old = try Journal(path: dir.path + "/old") { _, _ in }
+        let old = try Journal(path: dir.path + "/old") { _ in }
         _ = try await old.append((0..<300).map { fix($0) })
         let written = try old.replay(fromSeq: 1, limit: 1000)
         old.shutdown()
@@ -165,7 +165,7 @@ import Testing
 
         try Journal.adopt(singleFile: dir.path + "/journal.log", into: dir.path + "/journal")
         #expect(!FileManager.default.fileExists(atPath: dir.path + "/journal.log"))
-        let journal = try Journal(path: dir.path + "/journal", options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: dir.path + "/journal", options: smallSegments()) { _ in }
         #expect(journal.layout.sealedSegments == 1)
         #expect(journal.layout.activeRecords == 0)
         #expect(try journal.replay(fromSeq: 1, limit: 1000) == written)
@@ -179,7 +179,7 @@ import Testing
     /// a crash part way leaves the old file and is done again, a crash after the marker is finished.
     @Test func aSingleFileJournalIsCutIntoSegmentsAndACrashPartWayIsRecovered() async throws {
         let dir = TempDir()
-        let old = try Journal(path: dir.path + "/old") { _, _ in }
+        let old = try Journal(path: dir.path + "/old") { _ in }
         _ = try await old.append((0..<300).map { fix($0) })
         let written = try old.replay(fromSeq: 1, limit: 1000)
         old.shutdown()
@@ -197,7 +197,7 @@ import Testing
         #expect(segments.count > 5)
         #expect(try files(directory, ".idx").count == segments.count - 1)
         #expect(try files(directory, ".seg").map { try Data(contentsOf: URL(fileURLWithPath: directory + "/" + $0)) }.reduce(Data(), +) == original)
-        let journal = try Journal(path: directory, options: smallSegments()) { _, _ in }
+        let journal = try Journal(path: directory, options: smallSegments()) { _ in }
         #expect(journal.lastSeq == 300)
         #expect(try journal.replay(fromSeq: 1, limit: 1000) == written)
         #expect(try await journal.append([fix(17), fix(299), fix(300)]) == [.duplicate, .duplicate, .journaled(seq: 301)])
@@ -209,7 +209,7 @@ import Testing
         try Journal.adopt(singleFile: single, into: directory, segmentBytes: 4096)
         #expect(try files(directory, ".seg") == segments)
         #expect(!FileManager.default.fileExists(atPath: directory + "/ADOPTED"))
-        let finished = try Journal(path: directory, options: smallSegments()) { _, _ in }
+        let finished = try Journal(path: directory, options: smallSegments()) { _ in }
         #expect(finished.lastSeq == 301)
         finished.shutdown()
     }
@@ -224,7 +224,7 @@ import Testing
 
     /// 200 seconds of two phones, in batches of 20 (sealed every few batches).
     func twoPhones(_ path: String, options: Journal.Options? = nil) async throws -> Journal {
-        let journal = try Journal(path: path, options: options ?? records.smallSegments()) { _, _ in }
+        let journal = try Journal(path: path, options: options ?? records.smallSegments()) { _ in }
         for batch in 0..<10 {
             _ = try await journal.append((0..<20).flatMap { [records.fix(batch * 20 + $0), records.fix(batch * 20 + $0, device: "bike")] })
         }
@@ -263,14 +263,14 @@ import Testing
         // An old client's resend of a removed fix is not taken again, before and after a restart.
         #expect(try await journal.append([records.fix(60), records.fix(200)]) == [.duplicate, .journaled(seq: 401)])
         journal.shutdown()
-        let reopened = try Journal(path: path, options: records.smallSegments()) { _, _ in }
+        let reopened = try Journal(path: path, options: records.smallSegments()) { _ in }
         #expect(reopened.layout.sealedSegments >= sealedBefore)
         #expect(try await reopened.append([records.fix(61)]) == [.duplicate])
         // Rebuilt from the segment, the index still keeps the removed fixes' keys.
         let indexes = try records.files(path, ".idx")
         for name in indexes { try FileManager.default.removeItem(atPath: path + "/" + name) }
         reopened.shutdown()
-        let rebuilt = try Journal(path: path, options: records.smallSegments()) { _, _ in }
+        let rebuilt = try Journal(path: path, options: records.smallSegments()) { _ in }
         #expect(try records.files(path, ".idx") == indexes)
         #expect(try await rebuilt.append([records.fix(62), records.fix(149)]) == [.duplicate, .duplicate])
         #expect(try rebuilt.replay(device: "car", from: time(50), to: time(149)).isEmpty)
@@ -344,7 +344,7 @@ import Testing
         try oldIndex.write(to: URL(fileURLWithPath: path + "/" + first))
         let waiting = try FileManager.default.attributesOfItem(atPath: path + "/" + first + ".rewrite")[.systemFileNumber] as! Int
 
-        let reopened = try Journal(path: path, options: records.smallSegments()) { _, _ in }
+        let reopened = try Journal(path: path, options: records.smallSegments()) { _ in }
         // The waiting file itself, put in place (not an index rebuilt from the segment).
         #expect(try FileManager.default.attributesOfItem(atPath: path + "/" + first)[.systemFileNumber] as! Int == waiting)
         #expect(try Data(contentsOf: URL(fileURLWithPath: path + "/" + first)) == newIndex)
@@ -362,7 +362,7 @@ import Testing
         let first = try records.files(path, ".seg")[0]
         try Data("half a rewrite".utf8).write(to: URL(fileURLWithPath: path + "/" + first + ".rewrite"))
         try Data("half an index".utf8).write(to: URL(fileURLWithPath: path + "/" + first.replacingOccurrences(of: ".seg", with: ".idx") + ".rewrite.partial"))
-        let reopened = try Journal(path: path, options: records.smallSegments()) { _, _ in }
+        let reopened = try Journal(path: path, options: records.smallSegments()) { _ in }
         #expect(try reopened.replay(fromSeq: 1, limit: 1000) == written)
         #expect(try FileManager.default.contentsOfDirectory(atPath: path).allSatisfy { $0.hasSuffix(".seg") || $0.hasSuffix(".idx") })
         reopened.shutdown()

@@ -97,7 +97,7 @@ public enum Fuzz {
         let dir = TempDir()
         var config = DrivebusConfig.defaults(workingDirectory: "/")
         config.devices = [.init(id: "car", token: token), .init(id: "48241179", token: nil, allowIDAuth: true)]
-        let journal = try Journal(path: dir.path + "/journal") { _, _ in }
+        let journal = try Journal(path: dir.path + "/journal") { _ in }
         defer { journal.shutdown() }
         // A fixed clock: fixture times from years ago are all valid, none is in the future.
         let handler = IngestHandler(config: config, journal: journal, now: { Date(timeIntervalSince1970: 1_800_000_000) })

@@ -1,6 +1,8 @@
+import DrivebusJournal
 import DrivebusKit
 import DrivebusTestSupport
 import Foundation
+import Logging
 import Testing
 
 /// Messages one by one from a subscription's batches.
@@ -339,5 +341,59 @@ struct Messages {
         #expect(count == 0)
         await #expect(throws: ZMQLoop.LoopError.self) { try await loop.perform { _ in 1 } }
         await loop.shutdown()
+    }
+}
+
+/// What ingest's journal puts on the bus for each commit: every record alone (external tools'
+/// topics) and the same records in pages of at most 16 KB, which journal followers read.
+@Suite struct JournalBroadcastTests {
+    @Test(.timeLimit(.minutes(1))) func aCommitGoesOutRecordByRecordAndInPagesWithTheJournalsBytes() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/bus")
+        let publisherLoop = ZMQLoop(name: "pub")
+        let subscriberLoop = ZMQLoop(name: "sub")
+        let publisher = Publisher(source: "ingest", socket: try await publisherLoop.openPublishingSocket(bind: endpoint, highWaterMark: 0))
+        var messages = BusSubscription(
+            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", JournalPage.type, "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        ).makeAsyncIterator()
+        await awaitProbe(from: publisher, on: &messages)
+        let journal = try Journal(path: dir.path + "/journal") { committed in
+            JournalBroadcast.publish(committed, on: publisher, logger: Logger(label: "test"))
+        }
+        // One commit of 300 fixes (about 60 KB of payloads), then one of a single fix.
+        let start = Date(timeIntervalSince1970: 1_763_700_000)
+        let fixes = (0..<301).map { index in
+            JournalRecord(.fix(Fix(device: "car", time: start.addingTimeInterval(Double(index)), lat: 48 + Double(index) * 1e-5, lon: 16, source: .api)))
+        }
+        _ = try await journal.append(Array(fixes[..<300]))
+        _ = try await journal.append([fixes[300]])
+        let journaled = try journal.replay(fromSeq: 1, limit: 1000)
+        #expect(journaled.count == 301)
+
+        var alone: [JournalMessage] = [], paged: [JournalMessage] = [], pageSizes: [Int] = []
+        while alone.count < 301 || paged.count < 301, let message = await messages.next() {
+            if message.topic == JournalPage.type {
+                let records = try JournalPage.decode(message.payload)
+                #expect(message.header.logSeq == records.first?.seq)
+                #expect(message.payload.count <= JournalPage.maxBytes)
+                paged += records
+                pageSizes.append(records.count)
+            } else if message.topic.hasPrefix("fix.") {
+                alone.append(JournalMessage(seq: try #require(message.header.logSeq), topic: message.topic, payload: message.payload))
+            }
+        }
+        for received in [alone, paged] {
+            #expect(received.map(\.seq) == journaled.map(\.seq))
+            #expect(received.map(\.topic) == journaled.map(\.topic))
+            #expect(received.map(\.payload) == journaled.map(\.payload))
+        }
+        // The first commit needs several pages, each as full as the limit lets it be; the
+        // second commit is a page of its own.
+        let firstCommitBytes = journaled.prefix(300).reduce(0) { $0 + $1.payload.count + 40 }
+        #expect(pageSizes.count >= 2 + firstCommitBytes / JournalPage.maxBytes)
+        #expect(pageSizes.count <= 3 + firstCommitBytes / JournalPage.maxBytes)
+        #expect(pageSizes.last == 1)
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
     }
 }

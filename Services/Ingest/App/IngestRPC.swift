@@ -37,7 +37,7 @@ struct IngestRPC {
                 var out = Array(#"{"ok":true,"last_seq":\#(journal.lastSeq),"messages":["#.utf8)
                 for (index, entry) in entries.enumerated() {
                     if index > 0 { out.append(UInt8(ascii: ",")) }
-                    out += Array(#"{"seq":\#(entry.seq),"topic":"\#(entry.topic)","payload":"#.utf8) + entry.payload + [UInt8(ascii: "}")]
+                    JournalPage.appendElement(seq: entry.seq, topic: entry.topic, payload: entry.payload, to: &out)
                 }
                 out += Array("]}".utf8)
                 return out

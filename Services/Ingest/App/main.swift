@@ -11,7 +11,6 @@ import NIOCore
 await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context, config in
     let publisher = context.publisher
     let logger = context.logger
-    // Called on the journal's writer thread after each group commit, in seq order.
     // Before segments, the journal was one file: it becomes the first segment.
     try Journal.adopt(singleFile: config.layout.dataDir + "/journal.log", into: config.layout.dataDir + "/journal")
     var journalOptions = Journal.Options()
@@ -19,12 +18,9 @@ await ServiceRunner.main(.ingest, configuration: DrivebusConfig.self) { context,
     if let pause = ProcessInfo.processInfo.environment["DRIVEBUS_TEST_REWRITE_PAUSE_MS"].flatMap(Int.init) {
         journalOptions.rewritePause = .milliseconds(pause)
     }
-    let journal = try Journal(path: config.layout.dataDir + "/journal", options: journalOptions) { entry, record in
-        do {
-            try publisher.publish(record.type, device: record.device, payloadJSON: entry.payload, logSeq: entry.seq)
-        } catch {
-            logger.error("journaled seq \(entry.seq) not published: \(error)")
-        }
+    // Called on the journal's writer thread after each commit, in seq order.
+    let journal = try Journal(path: config.layout.dataDir + "/journal", options: journalOptions) { committed in
+        JournalBroadcast.publish(committed, on: publisher, logger: logger)
     }
     logger.info("journal open", metadata: ["path": "\(journal.path)", "last_seq": "\(journal.lastSeq)"])
     let registry = DeviceRegistry(layout: config.layout)
