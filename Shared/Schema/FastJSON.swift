@@ -337,8 +337,18 @@ public struct JSONReader {
     /// then covers the numbers phones send (`48.2082123`, `-3.5`, `180`): when the digits fit in
     /// 53 bits and there are at most 22 decimals, one division of two exact doubles is correctly
     /// rounded, so it equals `strtod`. Exponents and long mantissas go to `strtod`.
-    public mutating func readDouble() throws(Failure) -> Double {
-        skipSpace()
+    /// A number's parts, scanned and checked against JSON's grammar from `start` to `end`.
+    private struct ScannedNumber {
+        let start: Int, end: Int
+        let negative: Bool
+        /// The digits without the point, exact while `exact`.
+        let mantissa: UInt64
+        /// At most 2^53 in the digits and no exponent: the value is `mantissa / 10^decimals`.
+        let exact: Bool
+        let decimals: Int
+    }
+
+    private func scanNumber() throws(Failure) -> ScannedNumber {
         let start = index
         var position = index
         var negative = false
@@ -384,6 +394,15 @@ public struct JSONReader {
             if end == start { throw failure("expected a number") }
             throw failure("invalid number \(String(decoding: bytes[start..<end], as: UTF8.self))")
         }
+        return ScannedNumber(start: start, end: position, negative: negative, mantissa: mantissa, exact: exact, decimals: decimals)
+    }
+
+    public mutating func readDouble() throws(Failure) -> Double {
+        skipSpace()
+        let number = try scanNumber()
+        let (start, position, negative, mantissa, exact, decimals) = (
+            number.start, number.end, number.negative, number.mantissa, number.exact, number.decimals
+        )
         index = position
         if exact, decimals <= 22 {
             let magnitude = decimals > 0 ? Double(mantissa) / Self.powersOfTen[decimals] : Double(mantissa)
@@ -454,18 +473,45 @@ public struct JSONReader {
 
     /// Skips any value: unknown fields are ignored, as the bus's rules require. Nesting is
     /// limited, so a hostile document cannot exhaust the stack.
+    /// Reads past a string; its escapes, if it has any, are checked.
+    private mutating func skipString() throws(Failure) {
+        let (start, end, plain) = try scanString()
+        if !plain { _ = try unescape(start, end) }
+    }
+
+    /// Reads past any value, checked to be JSON, without making its strings, keys or numbers:
+    /// journal pages skip every payload they carry this way.
     public mutating func skipValue(depth: Int = 0) throws(Failure) {
         guard depth < 64 else { throw failure("nested too deeply") }
         skipSpace()
         guard index < bytes.count else { throw failure("unexpected end") }
         switch bytes[index] {
-        case UInt8(ascii: "\""): _ = try readString()
-        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: JSONKey) throws(Failure) in try reader.skipValue(depth: depth + 1) }
+        case UInt8(ascii: "\""): try skipString()
+        case UInt8(ascii: "{"):
+            index += 1
+            skipSpace()
+            if peek() == UInt8(ascii: "}") { index += 1; return }
+            while true {
+                skipSpace()
+                try skipString()
+                try expect(UInt8(ascii: ":"))
+                try skipValue(depth: depth + 1)
+                skipSpace()
+                guard index < bytes.count else { throw failure("unterminated object") }
+                let next = bytes[index]
+                index += 1
+                if next == UInt8(ascii: "}") { return }
+                guard next == UInt8(ascii: ",") else { throw failure("expected , or } in object") }
+            }
         case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")
         case UInt8(ascii: "n"): try literal("null")
-        default: _ = try readDouble()
+        default:
+            let number = try scanNumber()
+            // Beyond the exact path, whether the value is finite is strtod's to say.
+            guard number.exact, number.decimals <= 22 else { _ = try readDouble(); return }
+            index = number.end
         }
     }
 

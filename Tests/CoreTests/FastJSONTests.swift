@@ -36,6 +36,24 @@ import Testing
         #expect(((try? skipping.skipValue()) != nil) == (foundation != nil))
     }
 
+    /// Skipping (how a journal page passes each payload on) makes no strings, keys or numbers but
+    /// still refuses what is not JSON (RFC 8259; Foundation agrees on all of these but the
+    /// trailing comma, which it lets through), and returns the bytes as they are.
+    @Test(arguments: [
+        #"{"a":[1,-0.5,2E+3,0,"x\"y",true,false,null,{"b":{}},[]],"k\u00e9y":"v"}"#, #" [ 1 , {"c" : "d"} ] "#, #"-0.0"#,
+    ] + [
+        #"{"a":01}"#, #"{"a":1.}"#, #"{"a":-}"#, #"{"a":.5}"#, #"{"a":1e}"#, #"{"a":1e999}"#, #"{"a":"\x"}"#, #"{"\ud800":1}"#,
+        #"{"a" 1}"#, #"{"a":1,}"#, #"[1 2]"#, #"{"a":tru}"#, #"{a:1}"#, #"{"a":1"#, #"{"a":0x10}"#, #"{"a":1.2.3}"#,
+    ].map { "!" + $0 })
+    func skippingRefusesWhatIsNotJSON(_ argument: String) throws {
+        let valid = !argument.hasPrefix("!")
+        let json = valid ? argument : String(argument.dropFirst())
+        var reader = JSONReader(Array(json.utf8))
+        let raw = try? reader.readRawValue()
+        #expect((raw != nil && (try? reader.finish()) != nil) == valid, "\(json)")
+        if valid { #expect(raw == Array(json.trimmingCharacters(in: .whitespaces).utf8)) }
+    }
+
     @Test func readerSkipsUnknownValuesAndAcceptsWhitespaceAndNulls() throws {
         let json = """
              { "extra": {"deep": [1, -2.5e3, "x\\"y", true, false, null, {"k": []}]},
