@@ -11,7 +11,10 @@ import Synchronization
 /// - `wrapper`: the same through `ZMQSocket`;
 /// - `envelope`: full `Fix` envelopes the way services move them: `Publisher` encodes and sends
 ///   on its PUB itself, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
-///   consumer decodes header and `Fix`.
+///   consumer decodes header and `Fix`;
+/// - `journal_pages`: the same fixes the way journal followers now take them, in `journal.page`
+///   messages of up to 16 KB, as ingest publishes a commit of Overland batches of 100; the
+///   consumer reads each page and decodes every `Fix`. Counted in fixes, against raw's messages.
 struct BusBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bus", abstract: "Measure the bus: raw libzmq, the Swift wrapper, full envelopes.")
 
@@ -30,15 +33,17 @@ struct BusBench: AsyncParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let payload = [UInt8](repeating: UInt8(ascii: "x"), count: 200)
 
-        var raw = 0.0, wrapper = 0.0, envelope = 0.0
+        var raw = 0.0, wrapper = 0.0, envelope = 0.0, paged = 0.0
         for run in 0..<runs {
             raw = max(raw, rawCase(endpoint: "ipc://\(directory)/raw\(run)", payload: payload))
             wrapper = max(wrapper, try wrapperCase(endpoint: "ipc://\(directory)/wrapper\(run)", payload: payload))
             envelope = max(envelope, try await envelopeCase(endpoint: "ipc://\(directory)/envelope\(run)"))
+            paged = max(paged, try await journalPagesCase(endpoint: "ipc://\(directory)/pages\(run)"))
         }
         report(["name": "raw", "msgs_per_s": Int(raw), "bytes": payload.count, "messages": messages])
         report(["name": "wrapper", "msgs_per_s": Int(wrapper), "bytes": payload.count, "messages": messages, "ratio_to_raw": (wrapper / raw * 100).rounded() / 100])
         report(["name": "envelope", "msgs_per_s": Int(envelope), "messages": envelopes, "ratio_to_raw": (envelope / raw * 100).rounded() / 100])
+        report(["name": "journal_pages", "fixes_per_s": Int(paged), "fixes": envelopes, "ratio_to_raw": (paged / raw * 100).rounded() / 100])
     }
 
     // MARK: raw libzmq
@@ -188,6 +193,59 @@ struct BusBench: AsyncParsableCommand {
         let elapsed = seconds(started.duration(to: .now))
         try await sending.value
         precondition(checksum == UInt64(count) * UInt64(count + 1) / 2, "envelopes were lost or reordered")
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
+        return Double(count) / elapsed
+    }
+}
+
+extension BusBench {
+    private func journalPagesCase(endpoint: String) async throws -> Double {
+        let publisherLoop = ZMQLoop(name: "bench-pub")
+        let subscriberLoop = ZMQLoop(name: "bench-sub")
+        let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
+        let publisher = Publisher(source: "ingest", socket: socket)
+        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: [JournalPage.type, "fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        var messages = BusSubscription(batches: batches).makeAsyncIterator()
+        await awaitProbe(from: publisher, on: &messages)
+        publisher.publishMarker()
+        while let message = await messages.next(), message.topic != "fix.marker" {}
+
+        let count = envelopes
+        let start = Date(timeIntervalSince1970: 1_763_700_000)
+        let started = ContinuousClock.now
+        let sending = Task.detached {
+            var page = JournalPage.Builder()
+            func send() throws {
+                guard let (firstSeq, payload) = page.take() else { return }
+                try publisher.publish(JournalPage.type, payloadJSON: payload, logSeq: firstSeq)
+            }
+            for index in 0..<count {
+                let fix = Fix(
+                    seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)),
+                    lat: 48.208_2 + Double(index) * 1e-6, lon: 16.373_8, accuracyM: 5, altitudeM: 180.5,
+                    speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
+                let payload = BusJSON.encode(fix)
+                // A commit of one Overland batch: its records, in pages of up to 16 KB.
+                if page.isFull(adding: 8 + payload.count) { try send() }
+                page.append(seq: UInt64(index + 1), topic: "fix.car", payload: payload)
+                if (index + 1) % 100 == 0 { try send() }
+            }
+            try send()
+        }
+        var received = 0
+        var checksum: UInt64 = 0
+        while received < count, let message = await messages.next() {
+            guard message.topic == JournalPage.type else { continue }
+            for record in try JournalPage.decode(message.payload) {
+                let fix = try BusJSON.decode(Fix.self, from: record.payload)
+                checksum &+= fix.seq ?? 0
+                received += 1
+            }
+        }
+        let elapsed = seconds(started.duration(to: .now))
+        try await sending.value
+        precondition(checksum == UInt64(count) * UInt64(count + 1) / 2, "fixes were lost or reordered")
         await subscriberLoop.shutdown()
         await publisherLoop.shutdown()
         return Double(count) / elapsed
