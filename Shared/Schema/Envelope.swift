@@ -183,11 +183,22 @@ public enum Topic {
 
 /// Device ids match `[A-Za-z0-9_-]{1,64}`, so they are safe in topics, file names and SQL.
 public enum DeviceID {
-    public static func isValid(_ id: some StringProtocol) -> Bool {
-        let bytes = id.utf8
-        return (1...64).contains(bytes.count) && bytes.allSatisfy { byte in
-            (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
+    /// Every fix's device is checked as it is decoded, in every consumer: over the string's
+    /// bytes, not through a generic `StringProtocol` call (which looked its metadata up each time).
+    public static func isValid(_ id: String) -> Bool {
+        var id = id
+        return id.withUTF8(isValid(bytes:))
+    }
+
+    public static func isValid(_ id: Substring) -> Bool { isValid(String(id)) }
+
+    private static func isValid(bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard (1...64).contains(bytes.count) else { return false }
+        for byte in bytes {
+            let valid = (0x30...0x39).contains(byte) || (0x41...0x5A).contains(byte) || (0x61...0x7A).contains(byte)
                 || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+            if !valid { return false }
         }
+        return true
     }
 }

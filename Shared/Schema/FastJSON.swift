@@ -524,6 +524,18 @@ public struct JSONReader {
         return Array(bytes[start..<index])
     }
 
+    /// Takes the next `byteCount` bytes as an object, as its writer framed it, without reading
+    /// them: only that they start with `{` and end with `}` is checked. For payloads whose
+    /// producer is trusted and which the consumer decodes anyway; a wrong count leaves the
+    /// reader inside or past the value, and what follows then fails to read.
+    public mutating func readRawObject(byteCount: Int) throws(Failure) -> [UInt8] {
+        skipSpace()
+        guard byteCount >= 2, byteCount <= bytes.count - index, bytes[index] == UInt8(ascii: "{"),
+              bytes[index + byteCount - 1] == UInt8(ascii: "}") else { throw failure("not an object of \(byteCount) bytes") }
+        defer { index += byteCount }
+        return Array(bytes[index..<(index + byteCount)])
+    }
+
     /// Reads an array, calling `element` with the reader positioned at each element.
     public mutating func readArray(_ element: (inout JSONReader) throws(Failure) -> Void) throws(Failure) {
         try expect(UInt8(ascii: "["))

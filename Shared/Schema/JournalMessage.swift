@@ -249,25 +249,36 @@ public enum JournalPage {
     }
 
     /// Appends one element. Topics are printable ASCII without quotes (`Topic`), so they go in
-    /// without escaping.
+    /// without escaping. `payload_bytes` frames the payload (an object), so that a reader takes
+    /// it without scanning it: every consumer decodes it anyway.
     public static func appendElement(seq: UInt64, topic: String, payload: [UInt8], to out: inout [UInt8]) {
         out += #"{"seq":"#.utf8
         out.appendDecimal(seq)
         out += #","topic":""#.utf8
         out += topic.utf8
-        out += #"","payload":"#.utf8
+        out += #"","payload_bytes":"#.utf8
+        out.appendDecimal(UInt64(payload.count))
+        out += #","payload":"#.utf8
         out += payload
         out.append(UInt8(ascii: "}"))
     }
 
-    /// Reads one element; nil for one that lacks a part.
+    /// Reads one element; nil for one that lacks a part. A payload framed by `payload_bytes`
+    /// is taken as framed (ingest wrote both; a wrong count makes the page fail to read, and a
+    /// follower replays it); one without is read through.
     public static func readElement(_ reader: inout JSONReader) throws(JSONReader.Failure) -> JournalMessage? {
-        var seq: UInt64?, topic: String?, payload: [UInt8]?
+        var seq: UInt64?, topic: String?, payload: [UInt8]?, payloadBytes: UInt64?
         try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
             case "seq": seq = try reader.readUInt64()
             case "topic": topic = try reader.readString()
-            case "payload": payload = try reader.readRawValue()
+            case "payload_bytes": payloadBytes = try reader.readUInt64()
+            case "payload":
+                if let payloadBytes, payloadBytes <= UInt64(Int.max) {
+                    payload = try reader.readRawObject(byteCount: Int(payloadBytes))
+                } else {
+                    payload = try reader.readRawValue()
+                }
             default: try reader.skipValue()
             }
         }

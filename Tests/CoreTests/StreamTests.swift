@@ -260,6 +260,29 @@ import Testing
         }
     }
 
+    /// A page's payloads are framed by their length and taken without being read; a wrong
+    /// length makes the page fail (and a follower replay it), never a record cut short.
+    @Test func framedPayloadsAreTakenAsFramedAndAWrongFrameFailsThePage() throws {
+        let payloads = [#"{"seq":7,"device":"car","note":"}"}"#, "{}"]
+        var page = JournalPage.Builder()
+        page.append(seq: 7, topic: "fix.car", payload: Array(payloads[0].utf8))
+        page.append(seq: 8, topic: "motion.car", payload: Array(payloads[1].utf8))
+        let taken = page.take()
+        let bytes = try #require(taken).payload
+        let text = String(decoding: bytes, as: UTF8.self)
+        #expect(text.contains(#""payload_bytes":\#(payloads[0].utf8.count),"#))
+        let records = try JournalPage.decode(bytes)
+        #expect(records.map(\.seq) == [7, 8])
+        #expect(records.map { String(decoding: $0.payload, as: UTF8.self) } == payloads)
+        // One byte short ends inside the string, one long takes the element's brace: both fail.
+        for wrong in [payloads[0].utf8.count - 1, payloads[0].utf8.count + 1, 1, 100_000] {
+            let broken = text.replacingOccurrences(of: #""payload_bytes":\#(payloads[0].utf8.count),"#, with: #""payload_bytes":\#(wrong),"#)
+            #expect(throws: JSONReader.Failure.self) { try JournalPage.decode(Array(broken.utf8)) }
+        }
+        // Without the frame, the payload is read through (and checked).
+        #expect(try JournalPage.decode(Array(#"{"messages":[{"seq":1,"topic":"fix.car","payload":{"a":[1]}}]}"#.utf8)).first?.payload == Array(#"{"a":[1]}"#.utf8))
+    }
+
     @Test func aFailureOrABrokenReplyIsAnError() {
         #expect(throws: RPCErrorBody(code: "replay.failed", message: #"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#)) {
             try ReplayPage(reply: Array(#"{"ok":false,"error":{"code":"ingest.journal_io","message":"disk"}}"#.utf8))
