@@ -148,12 +148,12 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
         self = text.withUTF8 { Self($0) }
     }
 
+    /// Byte i at bits 8i of the pair: the key's bytes copied in, read as little-endian words
+    /// (every key of every payload is packed, so no loop over its bytes).
     private static func pack(_ bytes: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64) {
-        var low: UInt64 = 0, high: UInt64 = 0
-        for (offset, byte) in bytes.enumerated() {
-            if offset < 8 { low |= UInt64(byte) << (offset * 8) } else { high |= UInt64(byte) << ((offset - 8) * 8) }
-        }
-        return (low, high)
+        var words: (UInt64, UInt64) = (0, 0)
+        withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: UnsafeRawBufferPointer(bytes)) }
+        return (UInt64(littleEndian: words.0), UInt64(littleEndian: words.1))
     }
 
     public var description: String {
