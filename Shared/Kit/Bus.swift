@@ -21,7 +21,10 @@ public final class BusClient: Sendable {
     public func makePublisher(source: String) async throws -> Publisher {
         // A publisher's queue absorbs bursts (an Overland batch of 1,000 fixes) while the broker
         // catches up; linger lets the last messages out at shutdown.
-        let socket = try await loop.openPublishingSocket(connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000)
+        // An XPUB: the broker passes every subscription on, so messages nobody subscribed to are
+        // not even made (ingest's record-by-record topics, when only journal pages are followed).
+        let socket = try await loop.openPublishingSocket(
+            connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000, learnsSubscriptions: true)
         return Publisher(source: source, socket: socket)
     }
 
@@ -201,11 +204,13 @@ public final class Publisher: Sendable {
             let header = EnvelopeHeader(
                 id: id ?? EventID.make(run: run, seq: state.seq), type: type, source: source, seq: state.seq, epoch: epoch, time: time,
                 logSeq: logSeq)
-            state.header.removeAll(keepingCapacity: true)
-            header.write(to: &state.header)
             // A PUB never blocks and never refuses a frame: at its high-water mark it drops the
             // message, as the bus does under load (subscribers see the gap in seq and replay).
-            socket.withSocket { socket in
+            // A message no subscription covers is not made at all (its seq is used all the same,
+            // as a PUB's filter would drop it).
+            socket.withSocket(sendingOn: topic) { socket in
+                state.header.removeAll(keepingCapacity: true)
+                header.write(to: &state.header)
                 _ = try? socket.send(frame: topic, more: true)
                 _ = try? socket.send(frame: state.header, more: true)
                 _ = try? socket.send(frame: payloadJSON, more: false)

@@ -56,19 +56,22 @@ extension ZMQLoop {
     }
 
     /// Opens a PUB socket that callers send on directly from any thread (see `ZMQSendingSocket`).
-    /// Only a PUB: it never blocks and never takes part of a message (at its high-water mark it
-    /// drops the whole message). It is made and attached on the I/O thread, and closed when the
-    /// loop stops.
+    /// Only a PUB or XPUB: it never blocks and never takes part of a message (at its high-water
+    /// mark it drops the whole message). With `learnsSubscriptions` it is an XPUB, which tells
+    /// the sender which topics anyone subscribed to. It is made and attached on the I/O thread,
+    /// and closed when the loop stops.
     public func openPublishingSocket(
         bind endpoint: ZMQEndpoint? = nil,
         connect remote: ZMQEndpoint? = nil,
         lingerMilliseconds: Int32 = 0,
-        highWaterMark: Int32? = nil
+        highWaterMark: Int32? = nil,
+        learnsSubscriptions: Bool = false
     ) async throws -> ZMQSendingSocket {
         try await perform { io in
             let socket = try Self.makeSocket(
-                io, .pub, bind: endpoint, connect: remote, lingerMilliseconds: lingerMilliseconds, highWaterMark: highWaterMark)
-            let sending = ZMQSendingSocket(socket)
+                io, learnsSubscriptions ? .xpub : .pub, bind: endpoint, connect: remote, lingerMilliseconds: lingerMilliseconds,
+                highWaterMark: highWaterMark)
+            let sending = ZMQSendingSocket(socket, learnsSubscriptions: learnsSubscriptions)
             io.closeWhenStopping(sending)
             return sending
         }

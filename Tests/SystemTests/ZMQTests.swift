@@ -397,3 +397,46 @@ struct Messages {
         await publisherLoop.shutdown()
     }
 }
+
+/// An XPUB publisher learns what is subscribed and does not make what nobody wants; a
+/// subscription that arrives later, or goes, is heeded.
+@Suite struct SubscriptionAwarePublisherTests {
+    @Test(.timeLimit(.minutes(1))) func messagesNobodySubscribedToAreNotMadeAndNewSubscriptionsAreHeeded() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/bus")
+        let publisherLoop = ZMQLoop(name: "pub")
+        let subscriberLoop = ZMQLoop(name: "sub")
+        let socket = try await publisherLoop.openPublishingSocket(bind: endpoint, highWaterMark: 0, learnsSubscriptions: true)
+        let publisher = Publisher(source: "test", socket: socket)
+        func made(_ topic: String) -> Bool { socket.withSocket(sendingOn: Array(topic.utf8)) { _ in true } ?? false }
+
+        #expect(!made("fix.car"), "nobody has subscribed yet")
+        var messages = BusSubscription(
+            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        ).makeAsyncIterator()
+        await awaitProbe(from: publisher, on: &messages)
+        #expect(made("fix.car"))
+        #expect(made("fix."))
+        #expect(!made("trip.ended.car"))
+        #expect(!made("fix"), "a topic shorter than the prefix")
+        try publisher.publish("trip.ended", device: "car", payload: RPCEmpty())
+        try publisher.publish("fix", device: "car", payload: RPCEmpty())
+        let received = await messages.next()
+        #expect(received?.topic == "fix.car")
+
+        // A second subscriber's prefix is heeded once it arrives; when it goes, it is forgotten.
+        let secondLoop = ZMQLoop(name: "second")
+        var trips = BusSubscription(
+            batches: try await secondLoop.subscribe(endpoint, prefixes: ["trip."], highWaterMark: 0, bufferLimit: Int.max)
+        ).makeAsyncIterator()
+        #expect(await eventually(within: .seconds(10)) { made("trip.ended.car") })
+        try publisher.publish("trip.ended", device: "car", payload: RPCEmpty())
+        #expect(await trips.next()?.topic == "trip.ended.car")
+        await secondLoop.shutdown()
+        #expect(await eventually(within: .seconds(10)) { !made("trip.ended.car") })
+        #expect(made("fix.car"))
+
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
+    }
+}
