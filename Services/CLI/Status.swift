@@ -112,7 +112,7 @@ struct Tail: AsyncParsableCommand {
 
     @OptionGroup var options: ConfigOption
 
-    @Argument(help: "Only topics that start with this prefix, e.g. fix.car or trip.")
+    @Argument(help: "Only topics that start with this prefix, e.g. fix.car or trip. Journal pages (journal.page), which repeat the records, only when the prefix names them.")
     var prefix: String = ""
 
     @Option(help: "Exit after this many events.")
@@ -123,6 +123,8 @@ struct Tail: AsyncParsableCommand {
         let bus = BusClient(settings: config.process, name: "tail")
         var printed = 0
         for await message in try await bus.subscribe([prefix]) {
+            // Every journal record comes alone too: pages would print each one twice.
+            if message.topic == JournalPage.type, !prefix.hasPrefix("journal") { continue }
             var line = Array(#"{"topic":""#.utf8) + Array(message.topic.utf8) + Array(#"","header":"#.utf8)
             line += message.header.encoded() + Array(#","payload":"#.utf8) + message.payload + [UInt8(ascii: "}"), UInt8(ascii: "\n")]
             FileHandle.standardOutput.write(Data(line))

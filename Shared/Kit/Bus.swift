@@ -23,8 +23,9 @@ public final class BusClient: Sendable {
         // catches up; linger lets the last messages out at shutdown.
         // An XPUB: the broker passes every subscription on, so messages nobody subscribed to are
         // not even made (ingest's record-by-record topics, when only journal pages are followed).
+        // 10,000 messages: a journal page is up to 16 KB, so at most 160 MB while the broker lags.
         let socket = try await loop.openPublishingSocket(
-            connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 100_000, learnsSubscriptions: true)
+            connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 10_000, learnsSubscriptions: true)
         return Publisher(source: source, socket: socket)
     }
 
@@ -59,8 +60,12 @@ public final class BusClient: Sendable {
     /// Subscribes to `prefixes`. What a slow reader has not taken yet waits in memory, up to
     /// `highWaterMark` messages in the socket and `bufferLimit` batches after it; beyond that,
     /// newer messages are dropped.
-    public func subscribe(_ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096) async throws -> BusSubscription {
-        BusSubscription(batches: try await loop.subscribe(endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit))
+    public func subscribe(
+        _ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096, batchLimit: Int = ZMQLoop.drainBatch
+    ) async throws -> BusSubscription {
+        BusSubscription(
+            batches: try await loop.subscribe(
+                endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit))
     }
 
     /// Calls `op` on a service's RPC socket and decodes the reply.

@@ -23,11 +23,12 @@ public struct StreamSource<Record: StreamRecord>: Sendable {
     public let topics: [String]
     /// The heartbeat's `last_seq` key that holds the stream's last seq.
     public let heartbeatKey: String
-    /// How many of its live messages a follower's subscription holds before newer ones are
-    /// dropped (and replayed later).
-    public let highWaterMark: Int32
-    /// The records a live bus message carries: none for one that is not of this stream.
-    public let records: @Sendable (BusMessage) -> [Record]
+    /// How many of its live messages a follower's socket holds, and how many go in each batch
+    /// handed on (64 batches wait at most): beyond that newer ones are dropped, and replayed later.
+    public let backlog: (highWaterMark: Int32, batchLimit: Int)
+    /// The records a live bus message carries: none for one that is not of this stream; an
+    /// error for one that should carry records and cannot be read.
+    public let records: @Sendable (BusMessage) throws -> [Record]
     /// One page of records from `from` on, and the stream's last seq.
     public let replay: @Sendable (_ bus: BusClient, _ from: UInt64, _ limit: Int) async throws -> (records: [Record], lastSeq: UInt64)
 }
@@ -37,14 +38,13 @@ extension StreamSource where Record == JournalMessage {
     /// ingest publishes for each commit (`JournalBroadcast`).
     public static var journal: StreamSource {
         StreamSource(
-            // A page holds up to 16 KB, so 400 of them are at most about 6.5 MB.
-            name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", highWaterMark: 400,
+            // A page holds up to 16 KB: 400 in the socket and 64 batches of 16 after it are at
+            // most about 23 MB.
+            name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", backlog: (400, 16),
             records: { message in
                 // Only ingest writes the journal; anything else on this topic is not journal data.
-                // A page that does not read is left out: the next page or heartbeat shows the gap,
-                // and it is replayed.
                 guard message.header.source == "ingest", message.topic == JournalPage.type else { return [] }
-                return (try? JournalPage.decode(message.payload)) ?? []
+                return try JournalPage.decode(message.payload)
             },
             replay: { bus, from, limit in
                 let page = try await ReplayPage.fetch(from: from, limit: limit, bus: bus)
@@ -58,7 +58,7 @@ extension StreamSource where Record == LoggedEvent {
     public static func events(of service: ServiceName, types: [String]) -> StreamSource {
         StreamSource(
             name: "events.\(service.rawValue)", service: service, topics: types.map { $0 + "." }, heartbeatKey: "events",
-            highWaterMark: 10_000,
+            backlog: (10_000, ZMQLoop.drainBatch),
             records: { message in
                 guard message.header.source == service.rawValue, let seq = message.header.logSeq else { return [] }
                 return [
@@ -107,7 +107,8 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
         // A small backlog: what falls behind it is replayed from the source. A consumer that
         // lags a fast import then holds a few megabytes instead of the import (a 2 GB history
         // held gigabytes in every consumer).
-        var groups = try await bus.subscribe(source.topics + [heartbeat], highWaterMark: source.highWaterMark, bufferLimit: 64)
+        var groups = try await bus.subscribe(
+            source.topics + [heartbeat], highWaterMark: source.backlog.highWaterMark, bufferLimit: 64, batchLimit: source.backlog.batchLimit)
             .groups.cancelOnGracefulShutdown().makeAsyncIterator()
         // The catch-up is held like any replay: the wall clock must not decide between records
         // of a backlog while later ones are still to be applied.
@@ -135,7 +136,15 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
                     }
                     continue
                 }
-                for record in source.records(message) {
+                let records: [Record]
+                do {
+                    records = try source.records(message)
+                } catch {
+                    // Left out: the next message or heartbeat shows the gap, and it is replayed.
+                    logger.error("\(source.name): a live message could not be read, its records will be replayed: \(error)")
+                    continue
+                }
+                for record in records {
                     var step = cursor.received(record.seq)
                     if case .fill(let through) = step {
                         try await flush(&batch, apply)

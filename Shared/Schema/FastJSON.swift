@@ -491,9 +491,12 @@ public struct JSONReader {
             index += 1
             skipSpace()
             if peek() == UInt8(ascii: "}") { index += 1; return }
+            let outer = currentField
+            defer { currentField = outer }
             while true {
                 skipSpace()
-                try skipString()
+                // The key is kept only for an error message's sake (a key is packed, not made).
+                currentField = try readKey()
                 try expect(UInt8(ascii: ":"))
                 try skipValue(depth: depth + 1)
                 skipSpace()

@@ -264,8 +264,9 @@ public enum JournalPage {
     }
 
     /// Reads one element; nil for one that lacks a part. A payload framed by `payload_bytes`
-    /// is taken as framed (ingest wrote both; a wrong count makes the page fail to read, and a
-    /// follower replays it); one without is read through.
+    /// is taken as framed (ingest wrote both; a count that lands inside the payload makes the
+    /// page fail to read, and a follower replays it); one whose frame does not fit, or that has
+    /// none, is read through.
     public static func readElement(_ reader: inout JSONReader) throws(JSONReader.Failure) -> JournalMessage? {
         var seq: UInt64?, topic: String?, payload: [UInt8]?, payloadBytes: UInt64?
         try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
@@ -274,8 +275,9 @@ public enum JournalPage {
             case "topic": topic = try reader.readString()
             case "payload_bytes": payloadBytes = try reader.readUInt64()
             case "payload":
-                if let payloadBytes, payloadBytes <= UInt64(Int.max) {
-                    payload = try reader.readRawObject(byteCount: Int(payloadBytes))
+                // A frame that does not fit throws before the reader moves.
+                if let payloadBytes, payloadBytes <= UInt64(Int.max), let framed = try? reader.readRawObject(byteCount: Int(payloadBytes)) {
+                    payload = framed
                 } else {
                     payload = try reader.readRawValue()
                 }

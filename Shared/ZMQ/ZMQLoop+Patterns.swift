@@ -22,7 +22,7 @@ public struct ZMQRequest: Sendable {
 
 extension ZMQLoop {
     /// Messages a callback drains from one socket before the loop serves the others again.
-    static let drainBatch = 1024
+    public static let drainBatch = 1024
 
     /// Opens a socket on the I/O thread, applying CURVE before attaching it.
     public func openSocket(
@@ -70,7 +70,14 @@ extension ZMQLoop {
         try await perform { io in
             let socket = try Self.makeSocket(
                 io, learnsSubscriptions ? .xpub : .pub, bind: endpoint, connect: remote, lingerMilliseconds: lingerMilliseconds,
-                highWaterMark: highWaterMark)
+                highWaterMark: highWaterMark
+            ) { socket in
+                // Nothing is queued for a peer that is not connected, and a lost connection ends
+                // its pipe: an XPUB then hears the peer's subscriptions go, and hears them again
+                // from the broker it reconnects to (else a restarted broker's subscribers that
+                // left would stay known for ever, and their messages be made and queued).
+                if remote != nil { try socket.setOption(ZMQ_IMMEDIATE, 1) }
+            }
             let sending = ZMQSendingSocket(socket, learnsSubscriptions: learnsSubscriptions)
             io.closeWhenStopping(sending)
             return sending
@@ -78,16 +85,19 @@ extension ZMQLoop {
     }
 
     /// Subscribes to `prefixes` at `endpoint` (an XPUB or PUB) and yields what arrives, in
-    /// batches: one batch is everything the I/O thread drained in one go (at most 1,024
+    /// batches: one batch is everything the I/O thread drained in one go (at most `batchLimit`
     /// messages), which spares the consumer a task switch per message.
     ///
     /// At most `bufferLimit` batches wait in the stream; beyond that newer ones are dropped, as
-    /// the bus itself does under load, and consumers notice the gap in `seq` and replay.
+    /// the bus itself does under load, and consumers notice the gap in `seq` and replay. The
+    /// I/O thread keeps the socket drained, so what a slow reader holds is bounded by
+    /// `bufferLimit` × `batchLimit` messages, not by the socket's `highWaterMark`.
     public func subscribe(
         _ endpoint: ZMQEndpoint,
         prefixes: [String],
         highWaterMark: Int32 = 100_000,
-        bufferLimit: Int = 4096
+        bufferLimit: Int = 4096,
+        batchLimit: Int = ZMQLoop.drainBatch
     ) async throws -> AsyncStream<[ZMQMessage]> {
         let (stream, continuation) = AsyncStream.makeStream(
             of: [ZMQMessage].self, bufferingPolicy: .bufferingOldest(bufferLimit))
@@ -101,7 +111,7 @@ extension ZMQLoop {
                 socket,
                 onReadable: { socket in
                     var batch: [ZMQMessage] = []
-                    while batch.count < ZMQLoop.drainBatch, let message = try? socket.receive() {
+                    while batch.count < batchLimit, let message = try? socket.receive() {
                         batch.append(message)
                     }
                     if !batch.isEmpty { continuation.yield(batch) }

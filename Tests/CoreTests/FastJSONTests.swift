@@ -54,6 +54,14 @@ import Testing
         if valid { #expect(raw == Array(json.trimmingCharacters(in: .whitespaces).utf8)) }
     }
 
+    /// An error inside a skipped object names the innermost key, as it did before skipping made
+    /// no keys.
+    @Test func anErrorInsideASkippedValueNamesItsKey() {
+        var reader = JSONReader(Array(#"{"extra":{"deep":tru}}"#.utf8))
+        let error = #expect(throws: JSONReader.Failure.self) { try reader.skipValue() }
+        #expect(error?.description == "deep: invalid literal")
+    }
+
     @Test func readerSkipsUnknownValuesAndAcceptsWhitespaceAndNulls() throws {
         let json = """
              { "extra": {"deep": [1, -2.5e3, "x\\"y", true, false, null, {"k": []}]},

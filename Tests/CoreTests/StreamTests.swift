@@ -274,10 +274,17 @@ import Testing
         let records = try JournalPage.decode(bytes)
         #expect(records.map(\.seq) == [7, 8])
         #expect(records.map { String(decoding: $0.payload, as: UTF8.self) } == payloads)
-        // One byte short ends inside the string, one long takes the element's brace: both fail.
-        for wrong in [payloads[0].utf8.count - 1, payloads[0].utf8.count + 1, 1, 100_000] {
+        // Two bytes short ends on the brace inside the string, one long takes the element's
+        // brace: both fail.
+        for wrong in [payloads[0].utf8.count - 2, payloads[0].utf8.count + 1] {
             let broken = text.replacingOccurrences(of: #""payload_bytes":\#(payloads[0].utf8.count),"#, with: #""payload_bytes":\#(wrong),"#)
             #expect(throws: JSONReader.Failure.self) { try JournalPage.decode(Array(broken.utf8)) }
+        }
+        // A frame that does not fit (too short to be an object, past the end, not ending in a
+        // brace) is read through instead.
+        for wrong in [1, 100_000, payloads[0].utf8.count - 1] {
+            let misframed = text.replacingOccurrences(of: #""payload_bytes":\#(payloads[0].utf8.count),"#, with: #""payload_bytes":\#(wrong),"#)
+            #expect(try JournalPage.decode(Array(misframed.utf8)).map { String(decoding: $0.payload, as: UTF8.self) } == payloads)
         }
         // Without the frame, the payload is read through (and checked).
         #expect(try JournalPage.decode(Array(#"{"messages":[{"seq":1,"topic":"fix.car","payload":{"a":[1]}}]}"#.utf8)).first?.payload == Array(#"{"a":[1]}"#.utf8))

@@ -1,4 +1,5 @@
 import DrivebusJournal
+import DrivebusConfiguration
 import DrivebusKit
 import DrivebusTestSupport
 import Foundation
@@ -438,5 +439,58 @@ struct Messages {
 
         await subscriberLoop.shutdown()
         await publisherLoop.shutdown()
+    }
+}
+
+extension SubscriptionAwarePublisherTests {
+    /// Through the real broker, as services publish: subscriptions reach the publisher, go when
+    /// their subscriber goes, and a broker restart leaves none behind from before it.
+    @Test(.timeLimit(.minutes(2))) func subscriptionsThroughTheBrokerSurviveItsRestartWithoutStaleOnes() async throws {
+        let dir = TempDir()
+        let (path, config, _, _) = try testSystem(dir, "state")
+        try FileManager.default.createDirectory(atPath: config.layout.runDir, withIntermediateDirectories: true)
+        var broker = try Child("drivebus-bus", ["--config", path])
+        defer { broker.signal(SIGKILL) }
+        let publishing = BusClient(settings: config.process, name: "publishing")
+        let endpoint = config.process.busEndpoints().in
+        let socket = try await publishing.loop.openPublishingSocket(connect: endpoint, highWaterMark: 1000, learnsSubscriptions: true)
+        let publisher = Publisher(source: "test", socket: socket)
+        func made(_ topic: String) -> Bool { socket.withSocket(sendingOn: Array(topic.utf8)) { _ in true } ?? false }
+        func publishUntilReceived(_ messages: inout BusSubscription.AsyncIterator) async -> Bool {
+            let publishing = Task {
+                while !Task.isCancelled {
+                    _ = try? publisher.publish("fix", device: "car", payload: RPCEmpty())
+                    try? await Task.sleep(for: .milliseconds(20))
+                }
+            }
+            defer { publishing.cancel() }
+            return await messages.next()?.topic == "fix.car"
+        }
+
+        var subscriber = BusClient(settings: config.process, name: "subscriber")
+        var messages = try await subscriber.subscribe(["fix."]).makeAsyncIterator()
+        #expect(await publishUntilReceived(&messages))
+        #expect(made("fix.car"))
+        #expect(!made("trip.ended.car"))
+        // The subscriber goes: the broker tells the publisher.
+        await subscriber.shutdown()
+        #expect(await eventually(within: .seconds(10)) { !made("fix.car") })
+
+        // Subscribed again, then the broker dies and the subscriber leaves while it is down.
+        subscriber = BusClient(settings: config.process, name: "subscriber")
+        messages = try await subscriber.subscribe(["fix."]).makeAsyncIterator()
+        #expect(await publishUntilReceived(&messages))
+        broker.signal(SIGKILL)
+        _ = try await broker.exitStatus()
+        await subscriber.shutdown()
+        broker = try Child("drivebus-bus", ["--config", path])
+        // The new broker has no subscriber of fix.: nothing from before the restart is kept.
+        #expect(await eventually(within: .seconds(10)) { !made("fix.car") })
+        let late = BusClient(settings: config.process, name: "late")
+        var lateMessages = try await late.subscribe(["fix."]).makeAsyncIterator()
+        #expect(await publishUntilReceived(&lateMessages))
+        #expect(made("fix.car"))
+        await late.shutdown()
+        await publishing.shutdown()
     }
 }
