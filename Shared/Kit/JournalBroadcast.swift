@@ -4,9 +4,9 @@ import Logging
 
 /// How ingest puts what its journal committed on the bus: each record as a message of its own
 /// (`fix.car`…, what external tools and the MQTT bridge subscribe to), and the same records in
-/// `journal.page` messages, which journal followers take (`StreamSource.journal`). A PUB socket
-/// drops what nobody subscribed to before it reaches the broker, so either costs little when
-/// only the other is wanted.
+/// `journal.page` messages, which journal followers take (`StreamSource.journal`). The
+/// publisher does not make a message nobody subscribed to (`ZMQSendingSocket`), so either form
+/// costs next to nothing while only the other is wanted.
 public enum JournalBroadcast {
     /// Called on the journal's writer thread with one commit's records, in seq order.
     public static func publish(_ committed: [(entry: Journal.Entry, record: JournalRecord)], on publisher: Publisher, logger: Logger) {
