@@ -121,6 +121,7 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
         }
         hold(false)
         report(cursor)
+        var unreadable = 0
         while let messages = try await groups.next() {
             hold(true)
             defer { hold(false) }
@@ -141,7 +142,11 @@ public struct StreamFollower<Record: StreamRecord>: Sendable {
                     records = try source.records(message)
                 } catch {
                     // Left out: the next message or heartbeat shows the gap, and it is replayed.
-                    logger.error("\(source.name): a live message could not be read, its records will be replayed: \(error)")
+                    // Said once, then every 1,000th: a publisher of another format would fail them all.
+                    if unreadable % 1000 == 0 {
+                        logger.error("\(source.name): a live message could not be read, its records will be replayed: \(error)", metadata: ["unreadable": "\(unreadable + 1)"])
+                    }
+                    unreadable += 1
                     continue
                 }
                 for record in records {
