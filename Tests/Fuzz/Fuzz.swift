@@ -242,6 +242,7 @@ public enum Fuzz {
             #"{"service":"ingest","pid":1,"epoch":"e","started_at":"2026-11-21T09:00:00.000Z","uptime_s":1,"status":"ok","published_seq":2,"last_seq":{"journal":3},"counters":{"a":1}}"#,
             #"{"seq":1,"type":"trip.ended","device":"car","id":"trip.ended-car-1","time":"2026-11-21T09:00:00.000Z","payload":{"trip_id":"car-1"}}"#,
             #"{"ok":true,"last_seq":3,"messages":[{"seq":1,"topic":"fix.car","payload":{}}],"events":[]}"#,
+            #"{"messages":[{"seq":1,"topic":"fix.car","payload_bytes":14,"payload":{"lat":48.2}},{"seq":2,"topic":"motion.car","payload_bytes":2,"payload":{}}]}"#,
             #"{"ok":true,"last_seq":2,"events":[{"seq":2,"type":"trip.ended","device":"car","id":"t","time":"2026-11-21T09:00:00.000Z","payload":{"track":[[48.2,16.3]]}}]}"#,
         ])
         let topics = ["fix.car", "motion.rider", "taxi.checkin.rider", "import.finished.car", "session.started.car", "client.transition.car"]
@@ -261,6 +262,7 @@ public enum Fuzz {
             _ = JournalMessage(seq: 1, topic: mutator.pick(topics), payload: payload).decoded
             _ = LoggedEvent(line: payload[...])
             _ = try? ReplayPage(reply: payload)
+            _ = try? JournalPage.decode(payload)
             _ = try? EventsRPC.page(reply: payload)
             _ = try? JSONValue.parse(payload)
             _ = try? BusJSON.decode(RPCRequestHead.self, from: payload)
