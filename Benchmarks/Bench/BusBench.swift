@@ -161,84 +161,69 @@ struct BusBench: AsyncParsableCommand {
     // MARK: full envelopes
 
     private func envelopeCase(endpoint: String) async throws -> Double {
-        let publisherLoop = ZMQLoop(name: "bench-pub")
-        let subscriberLoop = ZMQLoop(name: "bench-sub")
-        let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
-        let publisher = Publisher(source: "ingest", socket: socket)
-        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        var messages = BusSubscription(batches: batches).makeAsyncIterator()
-        await awaitProbe(from: publisher, on: &messages)
-        publisher.publishMarker()
-        while let message = await messages.next(), message.topic != "fix.marker" {}
-
-        let count = envelopes
-        let start = Date(timeIntervalSince1970: 1_763_700_000)
-        let started = ContinuousClock.now
-        let sending = Task.detached {
-            for index in 0..<count {
-                let fix = Fix(
-                    seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)),
-                    lat: 48.208_2 + Double(index) * 1e-6, lon: 16.373_8, accuracyM: 5, altitudeM: 180.5,
-                    speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
-                try publisher.publish("fix", device: "car", payload: fix)
-            }
+        try await fixesCase(endpoint: endpoint, prefixes: ["fix."]) { publisher, fixes in
+            for fix in fixes { try publisher.publish("fix", device: "car", payload: fix) }
+        } receive: { message in
+            [try message.decode(Fix.self)]
         }
-        var received = 0
-        var checksum: UInt64 = 0
-        while received < count, let message = await messages.next() {
-            let fix = try message.decode(Fix.self)
-            checksum &+= fix.seq ?? 0
-            received += 1
-        }
-        let elapsed = seconds(started.duration(to: .now))
-        try await sending.value
-        precondition(checksum == UInt64(count) * UInt64(count + 1) / 2, "envelopes were lost or reordered")
-        await subscriberLoop.shutdown()
-        await publisherLoop.shutdown()
-        return Double(count) / elapsed
     }
-}
 
-extension BusBench {
+    /// The fixes as ingest publishes a commit of one Overland batch of 100 for its followers:
+    /// its records, in pages of up to 16 KB.
     private func journalPagesCase(endpoint: String) async throws -> Double {
-        let publisherLoop = ZMQLoop(name: "bench-pub")
-        let subscriberLoop = ZMQLoop(name: "bench-sub")
-        let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
-        let publisher = Publisher(source: "ingest", socket: socket)
-        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: [JournalPage.type, "fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        var messages = BusSubscription(batches: batches).makeAsyncIterator()
-        await awaitProbe(from: publisher, on: &messages)
-        publisher.publishMarker()
-        while let message = await messages.next(), message.topic != "fix.marker" {}
-
-        let count = envelopes
-        let start = Date(timeIntervalSince1970: 1_763_700_000)
-        let started = ContinuousClock.now
-        let sending = Task.detached {
+        try await fixesCase(endpoint: endpoint, prefixes: [JournalPage.type]) { publisher, fixes in
             var page = JournalPage.Builder()
             func send() throws {
                 guard let (firstSeq, payload) = page.take() else { return }
                 try publisher.publish(JournalPage.type, payloadJSON: payload, logSeq: firstSeq)
             }
-            for index in 0..<count {
-                let fix = Fix(
-                    seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)),
-                    lat: 48.208_2 + Double(index) * 1e-6, lon: 16.373_8, accuracyM: 5, altitudeM: 180.5,
-                    speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
+            for (index, fix) in fixes.enumerated() {
                 let payload = BusJSON.encode(fix)
-                // A commit of one Overland batch: its records, in pages of up to 16 KB.
                 if page.isFull(adding: 8 + payload.count) { try send() }
                 page.append(seq: UInt64(index + 1), topic: "fix.car", payload: payload)
                 if (index + 1) % 100 == 0 { try send() }
             }
             try send()
+        } receive: { message in
+            guard message.topic == JournalPage.type else { return [] }
+            return try JournalPage.decode(message.payload).map { try BusJSON.decode(Fix.self, from: $0.payload) }
+        }
+    }
+
+    /// Fixes/s from a `Publisher` on a PUB to a subscriber of `prefixes` through `AsyncStream`, as
+    /// services move them: `send` publishes the fixes (each made as it is taken, so that making
+    /// and encoding it count), `receive` decodes what a message carries. Checked whole and in
+    /// order.
+    private func fixesCase(
+        endpoint: String, prefixes: [String],
+        send: @escaping @Sendable (Publisher, _ fixes: LazyMapSequence<Range<Int>, Fix>) throws -> Void,
+        receive: (BusMessage) throws -> [Fix]
+    ) async throws -> Double {
+        let publisherLoop = ZMQLoop(name: "bench-pub")
+        let subscriberLoop = ZMQLoop(name: "bench-sub")
+        let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
+        let publisher = Publisher(source: "ingest", socket: socket)
+        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: prefixes + ["fix.marker", "probe"], highWaterMark: 0, bufferLimit: Int.max)
+        var messages = BusSubscription(batches: batches).makeAsyncIterator()
+        await awaitProbe(from: publisher, on: &messages)
+        publisher.publishMarker()
+        while let message = await messages.next(), message.topic != "fix.marker" {}
+
+        let count = envelopes
+        let start = Date(timeIntervalSince1970: 1_763_700_000)
+        let started = ContinuousClock.now
+        let sending = Task.detached {
+            try send(publisher, (0..<count).lazy.map { index in
+                Fix(
+                    seq: UInt64(index + 1), device: "car", time: start.addingTimeInterval(Double(index)),
+                    lat: 48.208_2 + Double(index) * 1e-6, lon: 16.373_8, accuracyM: 5, altitudeM: 180.5,
+                    speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
+            })
         }
         var received = 0
         var checksum: UInt64 = 0
         while received < count, let message = await messages.next() {
-            guard message.topic == JournalPage.type else { continue }
-            for record in try JournalPage.decode(message.payload) {
-                let fix = try BusJSON.decode(Fix.self, from: record.payload)
+            for fix in try receive(message) {
                 checksum &+= fix.seq ?? 0
                 received += 1
             }

@@ -479,33 +479,15 @@ public struct JSONReader {
         if !plain { _ = try unescape(start, end) }
     }
 
-    /// Reads past any value, checked to be JSON, without making its strings, keys or numbers:
-    /// journal pages skip every payload they carry this way.
+    /// Reads past any value, checked to be JSON, without making its strings or numbers (keys
+    /// are packed, as `readObject` does, so that an error names the innermost one).
     public mutating func skipValue(depth: Int = 0) throws(Failure) {
         guard depth < 64 else { throw failure("nested too deeply") }
         skipSpace()
         guard index < bytes.count else { throw failure("unexpected end") }
         switch bytes[index] {
         case UInt8(ascii: "\""): try skipString()
-        case UInt8(ascii: "{"):
-            index += 1
-            skipSpace()
-            if peek() == UInt8(ascii: "}") { index += 1; return }
-            let outer = currentField
-            defer { currentField = outer }
-            while true {
-                skipSpace()
-                // The key is kept only for an error message's sake (a key is packed, not made).
-                currentField = try readKey()
-                try expect(UInt8(ascii: ":"))
-                try skipValue(depth: depth + 1)
-                skipSpace()
-                guard index < bytes.count else { throw failure("unterminated object") }
-                let next = bytes[index]
-                index += 1
-                if next == UInt8(ascii: "}") { return }
-                guard next == UInt8(ascii: ",") else { throw failure("expected , or } in object") }
-            }
+        case UInt8(ascii: "{"): try readObject { (reader: inout JSONReader, _: JSONKey) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "["): try readArray { (reader: inout JSONReader) throws(Failure) in try reader.skipValue(depth: depth + 1) }
         case UInt8(ascii: "t"): try literal("true")
         case UInt8(ascii: "f"): try literal("false")

@@ -216,12 +216,12 @@ public enum JournalPage {
 
     /// A live page's payload: `{"messages":[…]}`.
     public struct Builder {
-        public private(set) var bytes: [UInt8] = []
-        public private(set) var firstSeq: UInt64?
+        private var bytes: [UInt8] = []
+        private var firstSeq: UInt64?
 
         public init() {}
 
-        public var isEmpty: Bool { firstSeq == nil }
+        private var isEmpty: Bool { firstSeq == nil }
 
         /// Whether `payloadBytes` more would take a non-empty page past `maxBytes`.
         public func isFull(adding payloadBytes: Int) -> Bool {
