@@ -422,7 +422,9 @@ struct Messages {
         #expect(!made("fix"), "a topic shorter than the prefix")
         try publisher.publish("trip.ended", device: "car", payload: RPCEmpty())
         try publisher.publish("fix", device: "car", payload: RPCEmpty())
-        let received = await messages.next()
+        // Probes sent while the first one was on its way may come first.
+        var received = await messages.next()
+        while received?.topic == "probe" { received = await messages.next() }
         #expect(received?.topic == "fix.car")
 
         // A second subscriber's prefix is heeded once it arrives; when it goes, it is forgotten.
