@@ -176,7 +176,7 @@ let package = Package(
                 "DrivebusKit", "DrivebusConfiguration", "DrivebusJournal", "CDrivebusSupport", "DrivebusTestbed", "DrivebusTestSupport", "DrivebusFuzz", "DrivebusTrackFormats",
                 "IngestCore", "CheckoutCore", "DrivebusQRCode", "MQTTCore", "DrivebusOSM", "DrivebusRoadLimits",
                 "GeofenceCore", "TripsCore", "ScorerCore", "StatsCore", "StatsStore", "StatsHTTP",
-                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"), grdb,
             ],
             path: "Tests/CoreTests"
         ),

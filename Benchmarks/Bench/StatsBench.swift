@@ -131,8 +131,13 @@ struct StatsBench: AsyncParsableCommand {
             let cpu = processCPUSeconds() - cpuStarted
             let stored = try await store.counts()["fixes"] ?? 0
             guard stored == fixes else { throw ValidationError("stored \(stored) of \(fixes) fixes") }
-            report(["name": "stats store fixes", "durability": durability.rawValue, "batch": batchSize, "fixes": fixes, "fixes_per_s": Int(Double(fixes) / elapsed), "fixes_per_cpu_s": Int(Double(fixes) / cpu)])
             try store.close()
+            // What a fix costs on disk: the database once closed (its log checkpointed into it).
+            let bytes = (try? FileManager.default.attributesOfItem(atPath: "\(dir)/\(durability.rawValue)/drivebus.sqlite")[.size] as? Int) ?? 0
+            report([
+                "name": "stats store fixes", "durability": durability.rawValue, "batch": batchSize, "fixes": fixes,
+                "fixes_per_s": Int(Double(fixes) / elapsed), "fixes_per_cpu_s": Int(Double(fixes) / cpu), "db_bytes_per_fix": bytes / fixes,
+            ])
         }
 
         // 533 drives around Vienna: 1 Hz random walks at 14 m/s with gently wandering headings.

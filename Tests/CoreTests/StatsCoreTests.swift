@@ -2,6 +2,7 @@ import DrivebusGeo
 import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
+import GRDB
 import StatsCore
 import StatsStore
 import Testing
@@ -191,6 +192,8 @@ extension JSONValue {
         #expect(counts["fixes"] == 300 && counts["trips"] == 1 && counts["scores"] == 1 && counts["sessions"] == 1)
         #expect(counts["geofence_transitions"] == 1 && counts["gate_calls"] == 1 && counts["checkouts"] == 1)
 
+        #expect(try await store.eventPayloads().filter { $0 == "{}" }.count == 300)
+
         let second = try statsStoreSync(store, batch)
         #expect(second.inserted == 0 && second.duplicates == batch.count - 1)
         #expect(try await store.counts() == counts)
@@ -214,6 +217,9 @@ extension JSONValue {
         #expect(summary.inserted == 4 && summary.unprojected == 4 && summary.problems.count == 4)
         let counts = try await store.counts()
         #expect(counts["events"] == 4 && counts["fixes"] == 0 && counts["trips"] == 0 && counts["scores"] == 0)
+        // A fix's row keeps its payload when the fix could not be stored, to show what came.
+        let payloads = try await store.eventPayloads()
+        #expect(payloads.contains("not json") && payloads.contains { $0.contains("\"lat\": 91") })
     }
 
     @Test func theViennaDriveIsListedWithItsSummary() async throws {
@@ -395,6 +401,16 @@ extension JSONValue {
         var again = fixes[0]
         again.seq = 5000
         try await store.store([journalRow(again)])
+        // The rows hold no position: a fix's row keeps nothing of its payload.
+        #expect(try await store.eventPayloads() == Array(repeating: "{}", count: fixes.count + 1))
+        // A database from before 2026-11-27, whose fixes' rows held their payloads.
+        let legacy = try DatabaseQueue(path: scratch.database)
+        try await legacy.write { [fixes, again] db in
+            for fix in fixes + [again] {
+                try db.execute(sql: "UPDATE events SET payload = ? WHERE id = ?", arguments: [Data(BusJSON.encode(fix)), "journal:\(fix.seq!)"])
+            }
+        }
+        try legacy.close()
         let days = try await store.periods(.day, StatsQuery(device: "van"))
         let months = try await store.periods(.month, StatsQuery())
         #expect(days.map(\.fixes) == [fixes.count - 2, 2])

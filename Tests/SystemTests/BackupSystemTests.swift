@@ -217,7 +217,8 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(try await csv(ports[1], device: "bike").count == 100)
         let purged = try await http("POST", bikeDay, headers: action)
         #expect(purged.status == 200, "\(purged.body)")
-        // Exact, but for the journal's byte counts, which depend on the records' encoding.
+        // Exact, but for the journal's byte counts, which depend on the records' encoding. Stats'
+        // `events` has nothing to give: the fixes' rows there hold no payload to empty.
         var answer = try #require(try JSONSerialization.jsonObject(with: Data(purged.body.utf8)) as? [String: Any])
         var journal = try #require(answer.removeValue(forKey: "journal") as? [String: Int])
         #expect(journal.removeValue(forKey: "bytes_after")! < journal.removeValue(forKey: "bytes_before")!)
@@ -226,7 +227,7 @@ private func segmentBytes(_ directory: String) throws -> Data {
         #expect(String(decoding: rest, as: UTF8.self) == #"""
             {"complete":true,"device":"bike","events":{"checkout":{"events":0,"rows":{}},"geofence":{"events":0,"rows":{"outbox":0}},\#
             "scorer":{"events":0,"rows":{}},"trips":{"events":1,"rows":{}}},"from":"2025-11-13T00:00:00.000Z","not_reached":{},\#
-            "stats":{"checkouts":0,"devices":1,"events":100,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
+            "stats":{"checkouts":0,"devices":1,"events":0,"fix_days":0,"fixes":100,"gate_calls":0,"geofence_transitions":0,"map_pending":0,"map_tiles":0,\#
             "map_trips":0,"scores":0,"trips":0,"visits":0},"to":"2025-11-13T23:59:59.999Z"}
             """#)
         #expect(try await csv(ports[1], device: "bike").isEmpty)
