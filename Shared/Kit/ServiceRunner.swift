@@ -104,7 +104,7 @@ public enum ServiceRunner {
         build: @Sendable (ServiceContext, Config) async throws -> ServiceParts = { _, _ in ServiceParts() }
     ) async -> Int32 {
         // Foundation's default time zone is the machine's, which it resolves through ICU's zone
-        // data (about 4 MB resident in each process) the first time anything makes a Calendar, as
+        // data (up to 2.4 MB resident in each process) the first time anything makes a Calendar, as
         // Hummingbird's date header does. Nothing in a service shows local time through Foundation
         // (days and timestamps are UTC; log lines take their time from the C library), so UTC.
         NSTimeZone.default = TimeZone(secondsFromGMT: 0)!

@@ -374,6 +374,40 @@ extension JSONValue {
         #expect(csv.split(separator: "\n")[1].hasPrefix("2025-03-10T08:00:00.000Z,") && csv.contains(",10,,,,false,3353.7\n"))
     }
 
+    /// A purge empties the journal rows that still hold a position in the range: a motion
+    /// sample's, a fix's from before fixes' rows were stored empty, a rejected fix's. Rows that
+    /// hold none, another device's, and a payload that is not JSON (no time to find it by) stay;
+    /// neither the purge nor the expiry sweep fails on that one.
+    @Test func aPurgeEmptiesTheJournalRowsThatStillHoldAPosition() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        let day = statsTime("2025-03-10T00:00:00Z")
+        func row(_ seq: Int, _ type: String, device: String = "car", _ payload: [UInt8], fix: Fix? = nil) -> StoredEvent {
+            StoredEvent(id: "journal:\(seq)", type: type, device: device, source: "ingest", time: day.addingTimeInterval(Double(seq)), payload: payload, fix: fix)
+        }
+        let fixes = (1...3).map { Fix(seq: UInt64($0), device: "car", time: day.addingTimeInterval(Double($0)), lat: 48.2, lon: 16.37, accuracyM: 5, source: .api) }
+        let motion = statsJSON(["device": "car", "time": RFC3339.format(day.addingTimeInterval(4)), "activity": "walking"])
+        let offEarth = Array(#"{"device":"car","time":"2025-03-10T00:00:05Z","lat":91,"lon":0}"#.utf8)
+        let bikeMotion = statsJSON(["device": "bike", "time": RFC3339.format(day.addingTimeInterval(6)), "activity": "cycling"])
+        try await store.store(fixes.map { row(Int($0.seq!), "fix", BusJSON.encode($0), fix: $0) } + [
+            row(4, "motion", motion), row(5, "fix", offEarth), row(6, "motion", device: "bike", bikeMotion), row(7, "fix", Array("not json".utf8)),
+        ])
+        #expect(try await store.eventPayloads() == ["{}", "{}", "{}", String(decoding: motion, as: UTF8.self), String(decoding: offEarth, as: UTF8.self),
+                                                     String(decoding: bikeMotion, as: UTF8.self), "not json"])
+        // The first fix's row as stats stored it before 2026-11-27.
+        let legacy = try DatabaseQueue(path: scratch.database)
+        try await legacy.write { [fixes] db in
+            try db.execute(sql: "UPDATE events SET payload = ? WHERE id = 'journal:1'", arguments: [Data(BusJSON.encode(fixes[0]))])
+        }
+        try legacy.close()
+
+        let purged = try await store.purge(device: "car", from: day, to: day.addingTimeInterval(86_399))
+        #expect(purged.first { $0.table == "events" }?.rows == 3)
+        #expect(purged.first { $0.table == "fixes" }?.rows == 3)
+        #expect(try await store.eventPayloads() == ["{}", "{}", "{}", "{}", "{}", String(decoding: bikeMotion, as: UTF8.self), "not json"])
+        #expect(try await store.emptyExpiredJournalFixRows(before: statsTime("2026-01-01T00:00:00Z")) == 0)
+    }
+
     /// `retention.raw_fixes_days` (issue 21): the fixes of expired days go, and the daily and
     /// monthly figures they gave (the count, the time away from home) stay exactly as they were.
     @Test func expiredFixesLeaveTheirDaysFiguresAsTheyWere() async throws {

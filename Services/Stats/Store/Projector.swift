@@ -54,7 +54,7 @@ enum Projector {
                 if isFix {
                     do {
                         try projectFix(event, statement: insertFix, spans: &spans, batteries: &batteries)
-                    } catch {
+                    } catch let error where isUnprojectable(error) {
                         // Not projected: the row keeps the payload after all, to show what came.
                         try db.execute(sql: "UPDATE events SET payload = ? WHERE id = ?", arguments: [Data(event.payload), event.id])
                         throw error
@@ -98,6 +98,12 @@ enum Projector {
             }
         }
         return summary
+    }
+
+    /// The errors that leave an event unprojected (counted in the summary) rather than fail the
+    /// batch.
+    private static func isUnprojectable(_ error: any Error) -> Bool {
+        error is Rejection || (error as? DatabaseError)?.resultCode == .SQLITE_CONSTRAINT
     }
 
     private static func projectFix(

@@ -27,11 +27,14 @@ extension StatsStore {
             // not deleted: the row is what makes a record stored again (a replay) change nothing.
             // Found by the time in the payload (rows stored before they carried their record's
             // own time carry when they arrived, and a fix expired before then has no row in
-            // `fixes` left to find it by): a scan, but purges are rare.
+            // `fixes` left to find it by): a scan, but purges are rare. A payload that is not JSON
+            // (kept from an event that could not be projected) has no time to find it by; without
+            // the check, `json_extract` would fail the whole purge on it.
             try db.execute(sql: """
                 UPDATE events SET payload = \(StatsStore.emptiedPayload)
                 WHERE device = ? AND source = 'ingest' AND type IN ('fix', 'motion', 'client.transition', 'visit')
-                    AND coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) BETWEEN ? AND ?
+                    AND CASE WHEN json_valid(CAST(payload AS TEXT))
+                        THEN coalesce(json_extract(CAST(payload AS TEXT), '$.start'), json_extract(CAST(payload AS TEXT), '$.time')) END BETWEEN ? AND ?
                 """, arguments: [device, RFC3339.format(msDate(low)), RFC3339.format(msDate(high))])
             let journalRows = db.changesCount
             try delete("fixes", "device = ? AND time_ms BETWEEN ? AND ?", inRange)
@@ -145,7 +148,7 @@ extension StatsStore {
                 try db.execute(sql: """
                     UPDATE events SET payload = \(Self.emptiedPayload)
                     WHERE rowid > ? AND rowid <= ? AND source = 'ingest' AND type = 'fix' AND length(payload) > 2
-                        AND json_extract(CAST(payload AS TEXT), '$.time') < ?
+                        AND CASE WHEN json_valid(CAST(payload AS TEXT)) THEN json_extract(CAST(payload AS TEXT), '$.time') END < ?
                     """, arguments: [after, last, cutoff])
                 return (last, db.changesCount)
             }
