@@ -104,7 +104,7 @@ let package = Package(
         .target(name: "GeofenceCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Geofence/Core"),
         .target(name: "TripsCore", dependencies: ["DrivebusSchema", "DrivebusGeo"], path: "Services/Trips/Core"),
         .target(name: "ScorerCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusRoadLimits", "TripsCore", deque], path: "Services/Scorer/Core"),
-        .target(name: "MQTTCore", path: "Services/MQTT/Core"),
+        .target(name: "MQTTCore", dependencies: ["DrivebusSchema"], path: "Services/MQTT/Core"),
         .target(name: "StatsCore", dependencies: ["DrivebusSchema", "DrivebusGeo", "DrivebusTrackFormats"], path: "Services/Stats/Core"),
         // The stats database: what stats stores and the queries over it.
         .target(

@@ -11,7 +11,7 @@ import Synchronization
 /// this process: a phone that publishes OwnTracks locations with QoS 1, and Home Assistant that
 /// listens to the state topics.
 /// - `mqtt owntracks`: messages/s from the phone's first publish to the last fix durable in the
-///   journal (counted as `fix.phone` on the bus, which ingest publishes after the sync).
+///   journal (counted as `fix.phone` records in the journal pages ingest publishes after the sync).
 /// - `http owntracks`: in the same run, single-fix OwnTracks POSTs to ingest over 16 connections.
 /// - `mqtt state latency`: one location at a time, publish → `drivebus/phone/location` received
 ///   by the Home Assistant client; p50 and p99.
@@ -36,8 +36,10 @@ struct MQTTBench: AsyncParsableCommand {
             services: [.bus, .ingest, .mqtt], extraConfig: "devices: [{id: phone, token: \(token)}]\n" + broker.configSection)
         defer { system.stop() }
         let bus = BusClient(settings: system.config.process, name: "bench")
-        var fixes = try await bus.subscribe(["fix.", "svc.heartbeat.ingest"]).makeAsyncIterator()
-        while let message = await fixes.next(), message.topic != "svc.heartbeat.ingest" {}
+        // Fixes counted in the journal pages every follower takes: a subscriber of `fix.` would
+        // make ingest publish a message per fix too, which a running system does not.
+        var fixes = JournalPageFixes(try await bus.subscribe([JournalPage.type, "svc.heartbeat.ingest"]).makeAsyncIterator())
+        while let topic = await fixes.next(), topic != "svc.heartbeat.ingest" {}
 
         let homeAssistant = try BenchMQTT(broker, id: "home-assistant", subscribe: ["drivebus/phone/location"])
         let phone = try BenchMQTT(broker, id: "phone")
@@ -67,8 +69,8 @@ struct MQTTBench: AsyncParsableCommand {
 
         // The latency phase's fixes are on the bus already: count past them.
         var latencyFixes = 0
-        while latencyFixes < samples, let message = await fixes.next() {
-            if message.topic == "fix.phone" { latencyFixes += 1 }
+        while latencyFixes < samples, let topic = await fixes.next() {
+            if topic == "fix.phone" { latencyFixes += 1 }
         }
 
         // Throughput: the phone publishes as fast as the library takes it.
@@ -79,8 +81,8 @@ struct MQTTBench: AsyncParsableCommand {
         let started = ContinuousClock.now
         phone.client.publish(payloads.map { MQTTMessage(topic: "owntracks/jan/phone", text: $0, qos: 1) })
         var received = 0
-        while received < messages, let message = await fixes.next() {
-            if message.topic == "fix.phone" { received += 1 }
+        while received < messages, let topic = await fixes.next() {
+            if topic == "fix.phone" { received += 1 }
         }
         let elapsed = seconds(started.duration(to: .now))
         let cpuAfter = system.cpuSeconds().merging(["mosquitto": cpuSecondsOf(broker.pid ?? 0)]) { a, _ in a }
@@ -149,5 +151,22 @@ final class BenchMQTT: Sendable {
             try? await Task.sleep(for: .microseconds(200))
         }
         return nil
+    }
+}
+
+/// The topics of a subscription's messages, a journal page's records one by one.
+private struct JournalPageFixes {
+    var messages: BusSubscription.AsyncIterator
+    var pending: [String] = []
+
+    init(_ messages: BusSubscription.AsyncIterator) { self.messages = messages }
+
+    mutating func next() async -> String? {
+        while pending.isEmpty {
+            guard let message = await messages.next() else { return nil }
+            guard message.topic == JournalPage.type else { return message.topic }
+            pending = ((try? JournalPage.decode(message.payload)) ?? []).map(\.topic).reversed()
+        }
+        return pending.removeLast()
     }
 }

@@ -1,5 +1,6 @@
 import DrivebusConfiguration
 import DrivebusKit
+import DrivebusSchema
 import Foundation
 import MQTTCore
 import Testing
@@ -180,6 +181,29 @@ import Testing
             #"drivebus/events/trip/started/car {"trip_id":"t1"}"#,
             #"drivebus/car/location (retained) {"latitude":48.2,"longitude":16.2}"#,
         ])
+    }
+
+    /// Fixes reach the bridge in ingest's journal pages: a page gives its fixes in order and
+    /// nothing else of it; other messages are events as they are; a page that cannot be read
+    /// gives nothing and is counted.
+    @Test func journalPagesGiveTheirFixesAndNothingElse() throws {
+        var page = JournalPage.Builder()
+        page.append(seq: 7, topic: "fix.car", payload: Array(#"{"seq":7,"lat":48.1,"lon":16.1}"#.utf8))
+        page.append(seq: 8, topic: "motion.car", payload: Array(#"{"seq":8,"activity":"walking"}"#.utf8))
+        page.append(seq: 9, topic: "fix.bike", payload: Array(#"{"seq":9,"lat":47.1,"lon":15.1}"#.utf8))
+        let taken = page.take()
+        let (firstSeq, bytes) = try #require(taken)
+        #expect(firstSeq == 7)
+        let (events, unreadable) = HomeAssistantBridge.events([
+            ("trip.started.car", Array(#"{"trip_id":"t1"}"#.utf8)),
+            (JournalPage.type, bytes),
+            (JournalPage.type, Array("not a page".utf8)),
+            ("gate.fired.car", Array("{}".utf8)),
+        ])
+        #expect(events.map(\.busTopic) == ["trip.started.car", "fix.car", "fix.bike", "gate.fired.car"])
+        #expect(events.map { String(decoding: $0.payload, as: UTF8.self) }[1...2] == [#"{"seq":7,"lat":48.1,"lon":16.1}"#, #"{"seq":9,"lat":47.1,"lon":15.1}"#])
+        #expect(unreadable == 1)
+        #expect(HomeAssistantBridge.busPrefixes.contains(JournalPage.type) && !HomeAssistantBridge.busPrefixes.contains("fix."))
     }
 
     @Test func tripStartAndEndSetTheTripStateAndLastTrip() {

@@ -85,7 +85,9 @@ struct BridgePublisher: Service {
     let logger: Logger
 
     func run() async throws {
-        let subscription = try await bus.subscribe(HomeAssistantBridge.busPrefixes)
+        // Sized for journal pages of up to 16 KB: under a flood only each device's last fix is
+        // published, and a page or an event dropped here costs the broker a state, not the data.
+        let subscription = try await bus.subscribe(HomeAssistantBridge.busPrefixes, highWaterMark: 2_000, bufferLimit: 64)
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         let refresh = TodayRefresh()
         await withDiscardingTaskGroup { group in
@@ -111,10 +113,14 @@ struct BridgePublisher: Service {
             }
             group.addTask {
                 for await group in subscription.groups.cancelOnGracefulShutdown() {
-                    let publications = bridge.publications(group.map { ($0.topic, $0.payload) })
-                    client.publish(publications.map(MQTTMessage.init))
-                    for message in group where HomeAssistantBridge.changesToday(busTopic: message.topic) {
-                        if let device = message.topic.split(separator: ".").last { refresh.add(String(device)) }
+                    let (events, unreadable) = HomeAssistantBridge.events(group.map { ($0.topic, $0.payload) })
+                    if unreadable > 0 {
+                        counters.add("unreadable_pages", unreadable)
+                        logger.warning("journal pages not readable, their fixes not published", metadata: ["pages": "\(unreadable)"])
+                    }
+                    client.publish(bridge.publications(events).map(MQTTMessage.init))
+                    for event in events where HomeAssistantBridge.changesToday(busTopic: event.busTopic) {
+                        if let device = event.busTopic.split(separator: ".").last { refresh.add(String(device)) }
                     }
                 }
             }

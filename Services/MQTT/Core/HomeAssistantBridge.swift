@@ -1,3 +1,4 @@
+import DrivebusSchema
 import Foundation
 
 /// One message for the broker.
@@ -39,8 +40,30 @@ public struct HomeAssistantBridge: Sendable {
         }
     }
 
-    /// Bus topic prefixes the bridge listens to.
-    public static let busPrefixes = ["fix.", "trip.", "device.", "geofence.", "gate.", "taxi.checkout.", "drive."]
+    /// Bus topic prefixes the bridge listens to. Fixes come in ingest's journal pages, as they
+    /// come to every journal follower: a subscriber of `fix.` would make ingest publish a message
+    /// per fix as well (docs/events.md).
+    public static let busPrefixes = [JournalPage.type, "trip.", "device.", "geofence.", "gate.", "taxi.checkout.", "drive."]
+
+    /// The events in a group of bus messages, in order: a journal page gives its fixes (the
+    /// bridge has no use for its other records), any other message is one event. A page that
+    /// cannot be read gives nothing and is counted.
+    public static func events(_ messages: [(topic: String, payload: [UInt8])]) -> (events: [(busTopic: String, payload: [UInt8])], unreadablePages: Int) {
+        var events: [(busTopic: String, payload: [UInt8])] = []
+        var unreadable = 0
+        for message in messages {
+            guard message.topic == JournalPage.type else {
+                events.append((message.topic, message.payload))
+                continue
+            }
+            guard let records = try? JournalPage.decode(message.payload) else {
+                unreadable += 1
+                continue
+            }
+            for record in records where record.topic.hasPrefix("fix.") { events.append((record.topic, record.payload)) }
+        }
+        return (events, unreadable)
+    }
 
     public let configuration: MQTTConfiguration
     public let zones: [String]
