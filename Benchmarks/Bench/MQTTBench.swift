@@ -88,7 +88,7 @@ struct MQTTBench: AsyncParsableCommand {
         let cpuAfter = system.cpuSeconds().merging(["mosquitto": cpuSecondsOf(broker.pid ?? 0)]) { a, _ in a }
         // CPU per message of each process, in microseconds: where the time went.
         report(["name": "mqtt owntracks", "messages": messages, "qos": 1, "msgs_per_s": Int(Double(messages) / elapsed),
-                "cpu_us_per_msg": cpuAfter.reduce(into: [String: Int]()) { $0[$1.key] = Int(($1.value - (cpuBefore[$1.key] ?? 0)) * 1e6 / Double(messages)) }])
+                "cpu_us_per_msg": cpuAfter.reduce(into: [String: Double]()) { $0[$1.key] = (($1.value - (cpuBefore[$1.key] ?? 0)) * 1e7 / Double(messages)).rounded() / 10 }])
 
         // The HTTP path, in the same run and on the same journal.
         let auth = ("Authorization", "Bearer \(token)")

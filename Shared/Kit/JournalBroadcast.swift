@@ -3,8 +3,8 @@ import DrivebusSchema
 import Logging
 
 /// How ingest puts what its journal committed on the bus: each record as a message of its own
-/// (`fix.car`…, what external tools and the MQTT bridge subscribe to), and the same records in
-/// `journal.page` messages, which journal followers take (`StreamSource.journal`). The
+/// (`fix.car`…, what external tools such as `drivebus tail fix.` subscribe to), and the same
+/// records in `journal.page` messages, which journal followers and the MQTT bridge take. The
 /// publisher does not make a message nobody subscribed to (`ZMQSendingSocket`), so either form
 /// costs next to nothing while only the other is wanted.
 public enum JournalBroadcast {

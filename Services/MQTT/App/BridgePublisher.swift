@@ -85,9 +85,11 @@ struct BridgePublisher: Service {
     let logger: Logger
 
     func run() async throws {
-        // Sized for journal pages of up to 16 KB: under a flood only each device's last fix is
-        // published, and a page or an event dropped here costs the broker a state, not the data.
-        let subscription = try await bus.subscribe(HomeAssistantBridge.busPrefixes, highWaterMark: 2_000, bufferLimit: 64)
+        // Sized for journal pages of up to 16 KB: at most 2,000 messages in the socket and 64
+        // groups of 64 after it (about 100 MB of pages at the very worst). Under a flood only
+        // each device's last fix is published anyway, and what is dropped here costs the broker
+        // a state, not the data.
+        let subscription = try await bus.subscribe(HomeAssistantBridge.busPrefixes, highWaterMark: 2_000, bufferLimit: 64, batchLimit: 64)
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         let refresh = TodayRefresh()
         await withDiscardingTaskGroup { group in
