@@ -170,17 +170,39 @@ import Testing
 
     @Test func aGroupOfEventsPublishesOnlyEachDevicesLastPosition() {
         let group: [(busTopic: String, payload: [UInt8])] = [
-            ("fix.car", Array(#"{"lat":48.1,"lon":16.1}"#.utf8)),
-            ("fix.bike", Array(#"{"lat":47.1,"lon":15.1}"#.utf8)),
+            ("fix.car", Array(#"{"lat":48.1,"lon":16.1,"time":"2025-05-01T08:00:00Z"}"#.utf8)),
+            ("fix.bike", Array(#"{"lat":47.1,"lon":15.1,"time":"2025-05-01T08:00:00Z"}"#.utf8)),
             ("trip.started.car", Array(#"{"trip_id":"t1"}"#.utf8)),
-            ("fix.car", Array(#"{"lat":48.2,"lon":16.2}"#.utf8)),
+            ("fix.car", Array(#"{"lat":48.2,"lon":16.2,"time":"2025-05-01T08:00:01Z"}"#.utf8)),
         ]
-        #expect(bridge.publications(group).map(\.description) == [
-            #"drivebus/bike/location (retained) {"latitude":47.1,"longitude":15.1}"#,
+        var published: [String: Date] = [:]
+        #expect(bridge.publications(group, published: &published).map(\.description) == [
+            #"drivebus/bike/location (retained) {"latitude":47.1,"longitude":15.1,"time":"2025-05-01T08:00:00Z"}"#,
             "drivebus/car/trip (retained) ON",
             #"drivebus/events/trip/started/car {"trip_id":"t1"}"#,
-            #"drivebus/car/location (retained) {"latitude":48.2,"longitude":16.2}"#,
+            #"drivebus/car/location (retained) {"latitude":48.2,"longitude":16.2,"time":"2025-05-01T08:00:01Z"}"#,
         ])
+        #expect(published == ["car": statsTime("2025-05-01T08:00:01Z"), "bike": statsTime("2025-05-01T08:00:00Z")])
+    }
+
+    /// An imported history, or a resend, arrives after newer fixes: Home Assistant's position
+    /// stays the newest one. Within a group the newest fix wins whatever order they came in.
+    @Test func anOlderFixNeverMovesThePositionBackInTime() {
+        func fix(_ lat: Double, _ time: String) -> (busTopic: String, payload: [UInt8]) {
+            ("fix.car", Array(#"{"lat":\#(lat),"lon":16,"time":"\#(time)"}"#.utf8))
+        }
+        var published: [String: Date] = [:]
+        #expect(bridge.publications([fix(48.3, "2025-05-01T08:00:03Z"), fix(48.1, "2025-05-01T08:00:01Z")], published: &published)
+            .map(\.topic) == ["drivebus/car/location"])
+        #expect(published["car"] == statsTime("2025-05-01T08:00:03Z"))
+        // Last year's drive, imported: nothing changes.
+        #expect(bridge.publications([fix(47.0, "2024-05-01T08:00:00Z"), fix(47.1, "2024-05-01T08:00:01Z")], published: &published).isEmpty)
+        // The same fix again: nothing. The next live one: published.
+        #expect(bridge.publications([fix(48.3, "2025-05-01T08:00:03Z")], published: &published).isEmpty)
+        let next = bridge.publications([fix(48.4, "2025-05-01T08:00:04Z")], published: &published)
+        #expect(next.map(\.payload) == [#"{"latitude":48.4,"longitude":16,"time":"2025-05-01T08:00:04Z"}"#])
+        // A fix without a readable time is not published.
+        #expect(bridge.publications([("fix.car", Array(#"{"lat":48.5,"lon":16}"#.utf8))], published: &published).isEmpty)
     }
 
     /// Fixes reach the bridge in ingest's journal pages: a page gives its fixes in order and

@@ -114,13 +114,15 @@ struct BridgePublisher: Service {
                 }
             }
             group.addTask {
+                // The time of each device's position published since start.
+                var published: [String: Date] = [:]
                 for await group in subscription.groups.cancelOnGracefulShutdown() {
                     let (events, unreadable) = HomeAssistantBridge.events(group.map { ($0.topic, $0.payload) })
                     if unreadable > 0 {
                         counters.add("unreadable_pages", unreadable)
                         logger.warning("journal pages not readable, their fixes not published", metadata: ["pages": "\(unreadable)"])
                     }
-                    client.publish(bridge.publications(events).map(MQTTMessage.init))
+                    client.publish(bridge.publications(events, published: &published).map(MQTTMessage.init))
                     for event in events where HomeAssistantBridge.changesToday(busTopic: event.busTopic) {
                         if let device = event.busTopic.split(separator: ".").last { refresh.add(String(device)) }
                     }

@@ -210,19 +210,45 @@ public struct HomeAssistantBridge: Sendable {
     }
 
     /// What a group of bus events that arrived together changes. Of a device's fixes only the
-    /// last one's position is published: under a flood the broker gets the newest state, not a
-    /// backlog of stale ones; one at a time, every fix is published at once.
-    public func publications(_ events: [(busTopic: String, payload: [UInt8])]) -> [Publication] {
-        var lastFix: [Substring: Int] = [:]
+    /// newest, by its time, is published, and only when it is newer than the position published
+    /// before (`published`, by device, kept by the caller): an imported history, or a phone's
+    /// late resend, never moves Home Assistant's position back in time. Under a flood the broker
+    /// gets the newest state, not a backlog of stale ones; one at a time, every fix is published
+    /// at once. A fix without a readable time is not published.
+    public func publications(_ events: [(busTopic: String, payload: [UInt8])], published: inout [String: Date]) -> [Publication] {
+        var newest: [Substring: (index: Int, time: Date)] = [:]
         for (index, event) in events.enumerated() where event.busTopic.hasPrefix("fix.") {
-            lastFix[event.busTopic.dropFirst(4)] = index
+            let device = event.busTopic.dropFirst(4)
+            guard let time = Self.fixTime(event.payload), time > newest[device]?.time ?? published[String(device)] ?? .distantPast else { continue }
+            newest[device] = (index, time)
         }
         var out: [Publication] = []
         for (index, event) in events.enumerated() {
-            if event.busTopic.hasPrefix("fix."), lastFix[event.busTopic.dropFirst(4)] != index { continue }
+            if event.busTopic.hasPrefix("fix.") {
+                let device = event.busTopic.dropFirst(4)
+                guard let chosen = newest[device], chosen.index == index else { continue }
+                published[String(device)] = chosen.time
+            }
             out += publications(busTopic: event.busTopic, payload: event.payload)
         }
         return out
+    }
+
+    /// A fix payload's `time`, read without decoding the rest: a history import brings many.
+    static func fixTime(_ payload: [UInt8]) -> Date? {
+        var reader = JSONReader(payload)
+        var time: Date?
+        do {
+            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+                switch key {
+                case "time": time = try reader.readDate()
+                default: try reader.skipValue()
+                }
+            }
+        } catch {
+            return nil
+        }
+        return time
     }
 
     /// The device tracker reads latitude, longitude and gps_accuracy from the attributes.
