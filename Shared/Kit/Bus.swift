@@ -59,13 +59,15 @@ public final class BusClient: Sendable {
     /// not a valid envelope are skipped and counted; they never reach the consumer.
     /// Subscribes to `prefixes`. What a slow reader has not taken yet waits in memory, up to
     /// `highWaterMark` messages in the socket and `bufferLimit` batches after it; beyond that,
-    /// newer messages are dropped.
+    /// newer messages are dropped, or the oldest ones with `keepsNewest`.
     public func subscribe(
-        _ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096, batchLimit: Int = ZMQLoop.drainBatch
+        _ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096, batchLimit: Int = ZMQLoop.drainBatch,
+        keepsNewest: Bool = false
     ) async throws -> BusSubscription {
         BusSubscription(
             batches: try await loop.subscribe(
-                endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit))
+                endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit,
+                keepsNewest: keepsNewest))
     }
 
     /// Calls `op` on a service's RPC socket and decodes the reply.

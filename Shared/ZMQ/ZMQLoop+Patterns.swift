@@ -89,18 +89,20 @@ extension ZMQLoop {
     /// messages), which spares the consumer a task switch per message.
     ///
     /// At most `bufferLimit` batches wait in the stream; beyond that newer ones are dropped, as
-    /// the bus itself does under load, and consumers notice the gap in `seq` and replay. The
-    /// I/O thread keeps the socket drained, so what a slow reader holds is bounded by
+    /// the bus itself does under load, and consumers notice the gap in `seq` and replay. A
+    /// reader that wants only the latest state (`keepsNewest`) has the oldest dropped instead.
+    /// The I/O thread keeps the socket drained, so what a slow reader holds is bounded by
     /// `bufferLimit` × `batchLimit` messages, not by the socket's `highWaterMark`.
     public func subscribe(
         _ endpoint: ZMQEndpoint,
         prefixes: [String],
         highWaterMark: Int32 = 100_000,
         bufferLimit: Int = 4096,
-        batchLimit: Int = ZMQLoop.drainBatch
+        batchLimit: Int = ZMQLoop.drainBatch,
+        keepsNewest: Bool = false
     ) async throws -> AsyncStream<[ZMQMessage]> {
         let (stream, continuation) = AsyncStream.makeStream(
-            of: [ZMQMessage].self, bufferingPolicy: .bufferingOldest(bufferLimit))
+            of: [ZMQMessage].self, bufferingPolicy: keepsNewest ? .bufferingNewest(bufferLimit) : .bufferingOldest(bufferLimit))
         let id = try await perform { io -> SocketID in
             let socket = try ZMQSocket(io.context, .sub)
             try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark)

@@ -170,62 +170,38 @@ import Testing
 
     @Test func aGroupOfEventsPublishesOnlyEachDevicesLastPosition() {
         let group: [(busTopic: String, payload: [UInt8])] = [
-            ("fix.car", Array(#"{"lat":48.1,"lon":16.1,"time":"2025-05-01T08:00:00Z"}"#.utf8)),
-            ("fix.bike", Array(#"{"lat":47.1,"lon":15.1,"time":"2025-05-01T08:00:00Z"}"#.utf8)),
+            ("fix.car", Array(#"{"lat":48.1,"lon":16.1}"#.utf8)),
+            ("fix.bike", Array(#"{"lat":47.1,"lon":15.1}"#.utf8)),
             ("trip.started.car", Array(#"{"trip_id":"t1"}"#.utf8)),
-            ("fix.car", Array(#"{"lat":48.2,"lon":16.2,"time":"2025-05-01T08:00:01Z"}"#.utf8)),
+            ("fix.car", Array(#"{"lat":48.2,"lon":16.2}"#.utf8)),
         ]
-        var published: [String: Date] = [:]
-        #expect(bridge.publications(group, published: &published).map(\.description) == [
-            #"drivebus/bike/location (retained) {"latitude":47.1,"longitude":15.1,"time":"2025-05-01T08:00:00Z"}"#,
+        #expect(bridge.publications(group).map(\.description) == [
+            #"drivebus/bike/location (retained) {"latitude":47.1,"longitude":15.1}"#,
             "drivebus/car/trip (retained) ON",
             #"drivebus/events/trip/started/car {"trip_id":"t1"}"#,
-            #"drivebus/car/location (retained) {"latitude":48.2,"longitude":16.2,"time":"2025-05-01T08:00:01Z"}"#,
+            #"drivebus/car/location (retained) {"latitude":48.2,"longitude":16.2}"#,
         ])
-        #expect(published == ["car": statsTime("2025-05-01T08:00:01Z"), "bike": statsTime("2025-05-01T08:00:00Z")])
     }
 
-    /// An imported history, or a resend, arrives after newer fixes: Home Assistant's position
-    /// stays the newest one. Within a group the newest fix wins whatever order they came in.
-    @Test func anOlderFixNeverMovesThePositionBackInTime() {
-        func fix(_ lat: Double, _ time: String) -> (busTopic: String, payload: [UInt8]) {
-            ("fix.car", Array(#"{"lat":\#(lat),"lon":16,"time":"\#(time)"}"#.utf8))
-        }
-        var published: [String: Date] = [:]
-        #expect(bridge.publications([fix(48.3, "2025-05-01T08:00:03Z"), fix(48.1, "2025-05-01T08:00:01Z")], published: &published)
-            .map(\.topic) == ["drivebus/car/location"])
-        #expect(published["car"] == statsTime("2025-05-01T08:00:03Z"))
-        // Last year's drive, imported: nothing changes.
-        #expect(bridge.publications([fix(47.0, "2024-05-01T08:00:00Z"), fix(47.1, "2024-05-01T08:00:01Z")], published: &published).isEmpty)
-        // The same fix again: nothing. The next live one: published.
-        #expect(bridge.publications([fix(48.3, "2025-05-01T08:00:03Z")], published: &published).isEmpty)
-        let next = bridge.publications([fix(48.4, "2025-05-01T08:00:04Z")], published: &published)
-        #expect(next.map(\.payload) == [#"{"latitude":48.4,"longitude":16,"time":"2025-05-01T08:00:04Z"}"#])
-        // A fix without a readable time is not published.
-        #expect(bridge.publications([("fix.car", Array(#"{"lat":48.5,"lon":16}"#.utf8))], published: &published).isEmpty)
-    }
-
-    /// Fixes reach the bridge in ingest's journal pages: a page gives its fixes in order and
-    /// nothing else of it; other messages are events as they are; a page that cannot be read
-    /// gives nothing and is counted.
-    @Test func journalPagesGiveTheirFixesAndNothingElse() throws {
+    /// Positions reach the bridge in ingest's journal pages: a page gives its live fixes in
+    /// order, not its other records and not imported history; a page that cannot be read gives
+    /// nothing and is counted.
+    @Test func journalPagesGiveTheirLiveFixesAndNothingElse() throws {
         var page = JournalPage.Builder()
-        page.append(seq: 7, topic: "fix.car", payload: Array(#"{"seq":7,"lat":48.1,"lon":16.1}"#.utf8))
+        page.append(seq: 7, topic: "fix.car", payload: Array(#"{"seq":7,"lat":48.1,"lon":16.1,"source":"overland"}"#.utf8))
         page.append(seq: 8, topic: "motion.car", payload: Array(#"{"seq":8,"activity":"walking"}"#.utf8))
-        page.append(seq: 9, topic: "fix.bike", payload: Array(#"{"seq":9,"lat":47.1,"lon":15.1}"#.utf8))
+        page.append(seq: 9, topic: "fix.bike", payload: Array(#"{"seq":9,"lat":47.1,"lon":15.1,"source":"owntracks"}"#.utf8))
+        page.append(seq: 10, topic: "fix.car", payload: Array(#"{"seq":10,"lat":40.0,"lon":10.0,"source":"import"}"#.utf8))
         let taken = page.take()
         let (firstSeq, bytes) = try #require(taken)
         #expect(firstSeq == 7)
-        let (events, unreadable) = HomeAssistantBridge.events([
-            ("trip.started.car", Array(#"{"trip_id":"t1"}"#.utf8)),
-            (JournalPage.type, bytes),
-            (JournalPage.type, Array("not a page".utf8)),
-            ("gate.fired.car", Array("{}".utf8)),
+        let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: [bytes, Array("not a page".utf8)])
+        #expect(fixes.map(\.busTopic) == ["fix.car", "fix.bike"])
+        #expect(fixes.map { String(decoding: $0.payload, as: UTF8.self) } == [
+            #"{"seq":7,"lat":48.1,"lon":16.1,"source":"overland"}"#, #"{"seq":9,"lat":47.1,"lon":15.1,"source":"owntracks"}"#,
         ])
-        #expect(events.map(\.busTopic) == ["trip.started.car", "fix.car", "fix.bike", "gate.fired.car"])
-        #expect(events.map { String(decoding: $0.payload, as: UTF8.self) }[1...2] == [#"{"seq":7,"lat":48.1,"lon":16.1}"#, #"{"seq":9,"lat":47.1,"lon":15.1}"#])
         #expect(unreadable == 1)
-        #expect(HomeAssistantBridge.busPrefixes.contains(JournalPage.type) && !HomeAssistantBridge.busPrefixes.contains("fix."))
+        #expect(!HomeAssistantBridge.eventPrefixes.contains { "fix.car".hasPrefix($0) })
     }
 
     @Test func tripStartAndEndSetTheTripStateAndLastTrip() {

@@ -85,11 +85,11 @@ struct BridgePublisher: Service {
     let logger: Logger
 
     func run() async throws {
-        // Sized for journal pages of up to 16 KB: at most 2,000 messages in the socket and 64
-        // groups of 64 after it (about 100 MB of pages at the very worst). Under a flood only
-        // each device's last fix is published anyway, and what is dropped here costs the broker
-        // a state, not the data.
-        let subscription = try await bus.subscribe(HomeAssistantBridge.busPrefixes, highWaterMark: 2_000, bufferLimit: 64, batchLimit: 64)
+        let busEvents = try await bus.subscribe(HomeAssistantBridge.eventPrefixes)
+        // Positions on a subscription of their own, sized for journal pages of up to 16 KB: at
+        // most 2,000 in the socket and 64 groups of 64 after it. Only the latest position
+        // matters, so under a flood the oldest pages are the ones dropped, and never an event.
+        let pages = try await bus.subscribe([JournalPage.type], highWaterMark: 2_000, bufferLimit: 64, batchLimit: 64, keepsNewest: true)
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         let refresh = TodayRefresh()
         await withDiscardingTaskGroup { group in
@@ -114,18 +114,22 @@ struct BridgePublisher: Service {
                 }
             }
             group.addTask {
-                // The time of each device's position published since start.
-                var published: [String: Date] = [:]
-                for await group in subscription.groups.cancelOnGracefulShutdown() {
-                    let (events, unreadable) = HomeAssistantBridge.events(group.map { ($0.topic, $0.payload) })
+                for await group in busEvents.groups.cancelOnGracefulShutdown() {
+                    client.publish(bridge.publications(group.map { ($0.topic, $0.payload) }).map(MQTTMessage.init))
+                    for message in group where HomeAssistantBridge.changesToday(busTopic: message.topic) {
+                        if let device = message.topic.split(separator: ".").last { refresh.add(String(device)) }
+                    }
+                }
+            }
+            group.addTask {
+                for await group in pages.groups.cancelOnGracefulShutdown() {
+                    // Pages come from ingest alone.
+                    let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: group.filter { $0.header.source == "ingest" }.map(\.payload))
                     if unreadable > 0 {
                         counters.add("unreadable_pages", unreadable)
                         logger.warning("journal pages not readable, their fixes not published", metadata: ["pages": "\(unreadable)"])
                     }
-                    client.publish(bridge.publications(events, published: &published).map(MQTTMessage.init))
-                    for event in events where HomeAssistantBridge.changesToday(busTopic: event.busTopic) {
-                        if let device = event.busTopic.split(separator: ".").last { refresh.add(String(device)) }
-                    }
+                    client.publish(bridge.publications(fixes).map(MQTTMessage.init))
                 }
             }
             group.addTask {

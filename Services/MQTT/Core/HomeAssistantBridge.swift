@@ -40,29 +40,41 @@ public struct HomeAssistantBridge: Sendable {
         }
     }
 
-    /// Bus topic prefixes the bridge listens to. Fixes come in ingest's journal pages, as they
-    /// come to every journal follower: a subscriber of `fix.` would make ingest publish a message
-    /// per fix as well (docs/events.md).
-    public static let busPrefixes = [JournalPage.type, "trip.", "device.", "geofence.", "gate.", "taxi.checkout.", "drive."]
+    /// Bus topic prefixes of the events the bridge passes on.
+    public static let eventPrefixes = ["trip.", "device.", "geofence.", "gate.", "taxi.checkout.", "drive."]
 
-    /// The events in a group of bus messages, in order: a journal page gives its fixes (the
-    /// bridge has no use for its other records), any other message is one event. A page that
-    /// cannot be read gives nothing and is counted.
-    public static func events(_ messages: [(topic: String, payload: [UInt8])]) -> (events: [(busTopic: String, payload: [UInt8])], unreadablePages: Int) {
-        var events: [(busTopic: String, payload: [UInt8])] = []
+    /// Positions come in ingest's journal pages, as they come to every journal follower: a
+    /// subscriber of `fix.` would make ingest publish a message per fix as well (docs/events.md).
+    /// Returns the pages' live fixes in order: not their other records, and not imported
+    /// history, which is not where a device is now. A page that cannot be read gives nothing
+    /// and is counted.
+    public static func liveFixes(inPages pages: [[UInt8]]) -> (fixes: [(busTopic: String, payload: [UInt8])], unreadablePages: Int) {
+        var fixes: [(busTopic: String, payload: [UInt8])] = []
         var unreadable = 0
-        for message in messages {
-            guard message.topic == JournalPage.type else {
-                events.append((message.topic, message.payload))
-                continue
-            }
-            guard let records = try? JournalPage.decode(message.payload) else {
+        for page in pages {
+            guard let records = try? JournalPage.decode(page) else {
                 unreadable += 1
                 continue
             }
-            for record in records where record.topic.hasPrefix("fix.") { events.append((record.topic, record.payload)) }
+            for record in records where record.topic.hasPrefix("fix.") && !isImported(record.payload) {
+                fixes.append((record.topic, record.payload))
+            }
         }
-        return (events, unreadable)
+        return (fixes, unreadable)
+    }
+
+    /// Whether a fix payload's `source` is `import`, read without decoding the rest: an import
+    /// brings many.
+    static func isImported(_ payload: [UInt8]) -> Bool {
+        var reader = JSONReader(payload)
+        var imported = false
+        try? reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
+            switch key {
+            case "source": imported = try reader.readString() == FixSource.import.rawValue
+            default: try reader.skipValue()
+            }
+        }
+        return imported
     }
 
     public let configuration: MQTTConfiguration
@@ -210,45 +222,19 @@ public struct HomeAssistantBridge: Sendable {
     }
 
     /// What a group of bus events that arrived together changes. Of a device's fixes only the
-    /// newest, by its time, is published, and only when it is newer than the position published
-    /// before (`published`, by device, kept by the caller): an imported history, or a phone's
-    /// late resend, never moves Home Assistant's position back in time. Under a flood the broker
-    /// gets the newest state, not a backlog of stale ones; one at a time, every fix is published
-    /// at once. A fix without a readable time is not published.
-    public func publications(_ events: [(busTopic: String, payload: [UInt8])], published: inout [String: Date]) -> [Publication] {
-        var newest: [Substring: (index: Int, time: Date)] = [:]
+    /// last one's position is published: under a flood the broker gets the newest state, not a
+    /// backlog of stale ones; one at a time, every fix is published at once.
+    public func publications(_ events: [(busTopic: String, payload: [UInt8])]) -> [Publication] {
+        var lastFix: [Substring: Int] = [:]
         for (index, event) in events.enumerated() where event.busTopic.hasPrefix("fix.") {
-            let device = event.busTopic.dropFirst(4)
-            guard let time = Self.fixTime(event.payload), time > newest[device]?.time ?? published[String(device)] ?? .distantPast else { continue }
-            newest[device] = (index, time)
+            lastFix[event.busTopic.dropFirst(4)] = index
         }
         var out: [Publication] = []
         for (index, event) in events.enumerated() {
-            if event.busTopic.hasPrefix("fix.") {
-                let device = event.busTopic.dropFirst(4)
-                guard let chosen = newest[device], chosen.index == index else { continue }
-                published[String(device)] = chosen.time
-            }
+            if event.busTopic.hasPrefix("fix."), lastFix[event.busTopic.dropFirst(4)] != index { continue }
             out += publications(busTopic: event.busTopic, payload: event.payload)
         }
         return out
-    }
-
-    /// A fix payload's `time`, read without decoding the rest: a history import brings many.
-    static func fixTime(_ payload: [UInt8]) -> Date? {
-        var reader = JSONReader(payload)
-        var time: Date?
-        do {
-            try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-                switch key {
-                case "time": time = try reader.readDate()
-                default: try reader.skipValue()
-                }
-            }
-        } catch {
-            return nil
-        }
-        return time
     }
 
     /// The device tracker reads latitude, longitude and gps_accuracy from the attributes.
