@@ -55,11 +55,10 @@ public final class BusClient: Sendable {
         return arrived.flag.load(ordering: .acquiring)
     }
 
-    /// Every bus message whose topic starts with one of `prefixes` ("" for all). Frames that are
-    /// not a valid envelope are skipped and counted; they never reach the consumer.
-    /// Subscribes to `prefixes`. What a slow reader has not taken yet waits in memory, up to
-    /// `highWaterMark` messages in the socket and `bufferLimit` batches after it; beyond that,
-    /// newer messages are dropped, or the oldest ones with `keepsNewest`.
+    /// Every bus message whose topic starts with one of `prefixes` ("" for all); frames that are
+    /// not a valid envelope never reach the consumer. What a slow reader has not taken yet waits
+    /// in memory, up to `highWaterMark` messages in the socket and `bufferLimit` batches after
+    /// it; beyond that, newer messages are dropped, or the oldest ones with `keepsNewest`.
     public func subscribe(
         _ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096, batchLimit: Int = ZMQLoop.drainBatch,
         keepsNewest: Bool = false
