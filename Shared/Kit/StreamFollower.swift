@@ -41,11 +41,7 @@ extension StreamSource where Record == JournalMessage {
             // A page holds up to 16 KB: 400 in the socket and 64 batches of 16 after it are at
             // most about 23 MB.
             name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", backlog: (400, 16),
-            records: { message in
-                // Only ingest writes the journal; anything else on this topic is not journal data.
-                guard message.header.source == "ingest", message.topic == JournalPage.type else { return [] }
-                return try JournalPage.decode(message.payload)
-            },
+            records: { message in try JournalPage.records(in: message) },
             replay: { bus, from, limit in
                 let page = try await ReplayPage.fetch(from: from, limit: limit, bus: bus)
                 return (page.messages, page.lastSeq)

@@ -288,6 +288,14 @@ public enum JournalPage {
         return JournalMessage(seq: seq, topic: topic, payload: payload)
     }
 
+    /// The journal records a live bus message carries: none for one that is not a page of
+    /// ingest's (only ingest writes the journal; anything else on this topic is not journal
+    /// data); an error for a page that cannot be read.
+    public static func records(in message: BusMessage) throws(JSONReader.Failure) -> [JournalMessage] {
+        guard message.header.source == "ingest", message.topic == type else { return [] }
+        return try decode(message.payload)
+    }
+
     /// The records of a live page's payload, in its order.
     public static func decode(_ bytes: [UInt8]) throws(JSONReader.Failure) -> [JournalMessage] {
         var messages: [JournalMessage] = []

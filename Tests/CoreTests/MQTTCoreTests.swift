@@ -185,21 +185,26 @@ import Testing
 
     /// Positions reach the bridge in ingest's journal pages: a page gives its live fixes in
     /// order, not its other records and not imported history; a page that cannot be read gives
-    /// nothing and is counted.
+    /// nothing and is counted; a page from another source than ingest gives nothing.
     @Test func journalPagesGiveTheirLiveFixesAndNothingElse() throws {
+        let start = Date(timeIntervalSince1970: 1_746_086_400)
+        func fix(_ seq: UInt64, _ device: String, _ source: FixSource) -> [UInt8] {
+            BusJSON.encode(Fix(seq: seq, device: device, time: start.addingTimeInterval(Double(seq)), lat: 48.1, lon: 16.1, source: source))
+        }
         var page = JournalPage.Builder()
-        page.append(seq: 7, topic: "fix.car", payload: Array(#"{"seq":7,"lat":48.1,"lon":16.1,"source":"overland"}"#.utf8))
+        page.append(seq: 7, topic: "fix.car", payload: fix(7, "car", .overland))
         page.append(seq: 8, topic: "motion.car", payload: Array(#"{"seq":8,"activity":"walking"}"#.utf8))
-        page.append(seq: 9, topic: "fix.bike", payload: Array(#"{"seq":9,"lat":47.1,"lon":15.1,"source":"owntracks"}"#.utf8))
-        page.append(seq: 10, topic: "fix.car", payload: Array(#"{"seq":10,"lat":40.0,"lon":10.0,"source":"import"}"#.utf8))
+        page.append(seq: 9, topic: "fix.bike", payload: fix(9, "bike", .owntracks))
+        page.append(seq: 10, topic: "fix.car", payload: fix(10, "car", .import))
         let taken = page.take()
         let (firstSeq, bytes) = try #require(taken)
         #expect(firstSeq == 7)
-        let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: [bytes, Array("not a page".utf8)])
+        func message(_ payload: [UInt8], source: String = "ingest") -> BusMessage {
+            BusMessage(topic: JournalPage.type, header: EnvelopeHeader(type: JournalPage.type, source: source, seq: 1, epoch: "e", time: start), payload: payload)
+        }
+        let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: [message(bytes), message(Array("not a page".utf8)), message(bytes, source: "trips")])
         #expect(fixes.map(\.busTopic) == ["fix.car", "fix.bike"])
-        #expect(fixes.map { String(decoding: $0.payload, as: UTF8.self) } == [
-            #"{"seq":7,"lat":48.1,"lon":16.1,"source":"overland"}"#, #"{"seq":9,"lat":47.1,"lon":15.1,"source":"owntracks"}"#,
-        ])
+        #expect(fixes.map(\.payload) == [fix(7, "car", .overland), fix(9, "bike", .owntracks)])
         #expect(unreadable == 1)
         #expect(!HomeAssistantBridge.eventPrefixes.contains { "fix.car".hasPrefix($0) })
     }

@@ -123,8 +123,7 @@ struct BridgePublisher: Service {
             }
             group.addTask {
                 for await group in pages.groups.cancelOnGracefulShutdown() {
-                    // Pages come from ingest alone.
-                    let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: group.filter { $0.header.source == "ingest" }.map(\.payload))
+                    let (fixes, unreadable) = HomeAssistantBridge.liveFixes(inPages: group)
                     if unreadable > 0 {
                         counters.add("unreadable_pages", unreadable)
                         logger.warning("journal pages not readable, their fixes not published", metadata: ["pages": "\(unreadable)"])

@@ -48,33 +48,19 @@ public struct HomeAssistantBridge: Sendable {
     /// Returns the pages' live fixes in order: not their other records, and not imported
     /// history, which is not where a device is now. A page that cannot be read gives nothing
     /// and is counted.
-    public static func liveFixes(inPages pages: [[UInt8]]) -> (fixes: [(busTopic: String, payload: [UInt8])], unreadablePages: Int) {
+    public static func liveFixes(inPages pages: [BusMessage]) -> (fixes: [(busTopic: String, payload: [UInt8])], unreadablePages: Int) {
         var fixes: [(busTopic: String, payload: [UInt8])] = []
         var unreadable = 0
         for page in pages {
-            guard let records = try? JournalPage.decode(page) else {
+            guard let records = try? JournalPage.records(in: page) else {
                 unreadable += 1
                 continue
             }
-            for record in records where record.topic.hasPrefix("fix.") && !isImported(record.payload) {
+            for record in records where record.topic.hasPrefix("fix.") && (try? BusJSON.decode(Fix.self, from: record.payload))?.source != .import {
                 fixes.append((record.topic, record.payload))
             }
         }
         return (fixes, unreadable)
-    }
-
-    /// Whether a fix payload's `source` is `import`, read without decoding the rest: an import
-    /// brings many.
-    static func isImported(_ payload: [UInt8]) -> Bool {
-        var reader = JSONReader(payload)
-        var imported = false
-        try? reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-            switch key {
-            case "source": imported = try reader.readString() == FixSource.import.rawValue
-            default: try reader.skipValue()
-            }
-        }
-        return imported
     }
 
     public let configuration: MQTTConfiguration
