@@ -20,8 +20,14 @@ public struct GeofenceTransition: Codable, Sendable, Equatable {
     public var seq: UInt64?
     /// Only for `dwell`: how long the device had been inside at `time`.
     public var dwellS: Double?
+    /// True when the fix at `seq` came from `drivebus import`: a crossing in a history, not one
+    /// happening now (it never opens a gate, and Home Assistant's zone states ignore it).
+    /// Absent for a live fix.
+    public var imported: Bool?
 
-    public init(device: String, zone: String, event: Event, time: Date, lat: Double, lon: Double, seq: UInt64?, dwellS: Double? = nil) {
+    public init(
+        device: String, zone: String, event: Event, time: Date, lat: Double, lon: Double, seq: UInt64?, dwellS: Double? = nil, imported: Bool? = nil
+    ) {
         self.device = device
         self.zone = zone
         self.event = event
@@ -30,10 +36,11 @@ public struct GeofenceTransition: Codable, Sendable, Equatable {
         self.lon = lon
         self.seq = seq
         self.dwellS = dwellS
+        self.imported = imported
     }
 
     enum CodingKeys: String, CodingKey {
-        case device, zone, event, time, lat, lon, seq
+        case device, zone, event, time, lat, lon, seq, imported
         case dwellS = "dwell_s"
     }
 }

@@ -395,6 +395,25 @@ func geofenceRestore(_ data: Data, _ configuration: GeofenceConfiguration) throw
         #expect(geofenceCalls(staleOutputs).map(\.time) == [geofenceT0 + 400 + 7])
     }
 
+    @Test func crossingsAtImportedFixesSaySo() throws {
+        // An imported visit: enter, and a dwell the clock decides (its anchor an imported fix);
+        // then a live fix outside: its exit is live. Then an imported pass whose dwell a later
+        // imported fix decides.
+        var feed = GeofenceFeed()
+        let t = feed.drive(from: -205, to: -5, start: 0, live: false)
+        feed.tick(t + 400)
+        feed.fix(t + 500, x: 300)
+        _ = feed.drive(from: 300, to: 0, start: t + 600, live: false)
+        feed.fix(t + 1000, x: 0, live: false)
+        let transitions = geofenceTransitions(geofenceRun(feed, GeofenceConfiguration(zones: [geofenceCircle("home")], minDwellS: 300)))
+        #expect(transitions.map { "\($0.event.rawValue) \($0.imported.map(String.init) ?? "live")" } == [
+            "enter true", "dwell true", "exit live", "enter true", "dwell true",
+        ])
+        let exit = transitions[2]
+        #expect(!String(decoding: try BusJSON.encode(exit), as: UTF8.self).contains("imported"))
+        #expect(String(decoding: try BusJSON.encode(transitions[0]), as: UTF8.self).contains(#""imported":true"#))
+    }
+
     @Test func minimumSpeedUsesTheReportedOrTheDerivedSpeed() {
         var walk = GeofenceFeed()
         _ = walk.drive(from: -50, to: 0, start: 0, speed: 1)  // walking through the zone

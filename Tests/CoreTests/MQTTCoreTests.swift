@@ -236,6 +236,11 @@ import Testing
             Publication("drivebus/events/geofence/enter/car", #"{"zone":"home"}"#, qos: 1, retain: false),
         ])
         #expect(publications("geofence.exit.car", #"{"zone":"work"}"#).first == Publication("drivebus/car/zone/work", "OFF", qos: 1, retain: true))
+        // A crossing in an imported history: copied as an event, but the zone's state stays.
+        #expect(publications("geofence.exit.car", #"{"zone":"home","imported":true}"#) == [
+            Publication("drivebus/events/geofence/exit/car", #"{"zone":"home","imported":true}"#, qos: 1, retain: false),
+        ])
+        #expect(publications("geofence.exit.car", #"{"zone":"home","imported":false}"#).count == 2)
     }
 
     @Test func gateAndCheckoutAreEventsNotRetained() {

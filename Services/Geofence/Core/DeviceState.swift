@@ -10,6 +10,8 @@ struct DeviceState: Sendable, Equatable, Codable {
         var lat: Double
         var lon: Double
         var seq: UInt64?
+        /// True for a fix from `drivebus import`; absent for a live one (and in older checkpoints).
+        var imported: Bool?
     }
 
     /// One stay inside a zone, from the entering fix until a fix more than the hysteresis outside.

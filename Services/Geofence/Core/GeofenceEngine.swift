@@ -163,7 +163,7 @@ public struct GeofenceEngine: Sendable, Codable {
         // fixes up to a day ahead): it must not turn every fix of the next day into a straggler,
         // and so keep the gate shut. A phone whose clock is always ahead is judged as before.
         if let previous, time < previous.time, !Self.wasClockError(previous.time, correctedBy: time, now: now) { return [] }
-        let here = DeviceState.Position(time: time, lat: fix.lat, lon: fix.lon, seq: fix.seq)
+        let here = DeviceState.Position(time: time, lat: fix.lat, lon: fix.lon, seq: fix.seq, imported: live ? nil : true)
         devices[slot].lastFix = here
         let point = Coordinate(lat: fix.lat, lon: fix.lon)
         let reported = fix.accuracyM ?? 0
@@ -174,7 +174,7 @@ public struct GeofenceEngine: Sendable, Codable {
             let rank = event == .dwell ? 0 : event == .exit ? 1 : 2
             transitions.append((rank, zone, GeofenceTransition(
                 device: fix.device, zone: model.zones[zone].id, event: event, time: Date(timeIntervalSince1970: time ?? position.time),
-                lat: position.lat, lon: position.lon, seq: position.seq, dwellS: dwellS)))
+                lat: position.lat, lon: position.lon, seq: position.seq, dwellS: dwellS, imported: position.imported)))
         }
 
         // Zones the device is in: exit, or stay and perhaps dwell.
@@ -305,7 +305,7 @@ public struct GeofenceEngine: Sendable, Codable {
                 outputs.append(.transition(GeofenceTransition(
                     device: devices[slot].id, zone: model.zones[visit.zone].id, event: .dwell,
                     time: Date(timeIntervalSince1970: visit.enteredAt + model.minDwellS),
-                    lat: visit.anchor.lat, lon: visit.anchor.lon, seq: visit.anchor.seq, dwellS: model.minDwellS)))
+                    lat: visit.anchor.lat, lon: visit.anchor.lon, seq: visit.anchor.seq, dwellS: model.minDwellS, imported: visit.anchor.imported)))
             }
         }
         return outputs

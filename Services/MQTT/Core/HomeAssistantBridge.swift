@@ -189,7 +189,8 @@ public struct HomeAssistantBridge: Sendable {
             for key in ["trip_id", "score", "events_per_100km", "speeding_s", "end_time"] { score[key] = fields[key] }
             out.append(Publication("\(state)/last_score", Self.json(score), qos: 1, retain: true))
         case "geofence.enter", "geofence.exit":
-            if let zone = fields["zone"] as? String {
+            // A crossing in an imported history says where the device was then, not where it is.
+            if let zone = fields["zone"] as? String, fields["imported"] as? Bool != true {
                 out.append(Publication("\(state)/zone/\(Self.topicLevel(zone))", type == "geofence.enter" ? "ON" : "OFF", qos: 1, retain: true))
             }
         case "gate.fired", "gate.failed":
