@@ -103,12 +103,14 @@ public struct DriveScored: Codable, Sendable, Equatable {
     /// payloads from before components existed.
     public var components: [ScoreComponent]?
     public var session: DriveSession?
+    /// True when the trip was an imported one (`TripEnded.imported`); absent for a live one.
+    public var imported: Bool?
 
     public init(
         tripID: String, device: String, startTime: Date, endTime: Date? = nil, score: Double, distanceM: Double,
         events: [DriveEvent], counts: [String: Int], eventsPer100km: Double, speedingS: Double,
         speedingM: Double? = nil, limitKnownM: Double? = nil, worstSpeeding: [DriveEvent]? = nil,
-        speedVariation: Double, components: [ScoreComponent]? = nil, session: DriveSession? = nil
+        speedVariation: Double, components: [ScoreComponent]? = nil, session: DriveSession? = nil, imported: Bool? = nil
     ) {
         self.tripID = tripID
         self.device = device
@@ -126,10 +128,11 @@ public struct DriveScored: Codable, Sendable, Equatable {
         self.speedVariation = speedVariation
         self.components = components
         self.session = session
+        self.imported = imported
     }
 
     enum CodingKeys: String, CodingKey {
-        case device, score, events, counts, session, components
+        case device, score, events, counts, session, components, imported
         case tripID = "trip_id"
         case startTime = "start_time"
         case endTime = "end_time"

@@ -21,17 +21,21 @@ public struct TripStarted: Codable, Sendable, Equatable {
     public var start: TripPoint
     /// The journal seq of the trip's first fix.
     public var firstSeq: UInt64?
+    /// True when the fix that began the trip came from `drivebus import`: a trip in a history,
+    /// not one happening now (Home Assistant's trip states ignore it). Absent for a live one.
+    public var imported: Bool?
 
-    public init(tripID: String, device: String, startTime: Date, start: TripPoint, firstSeq: UInt64?) {
+    public init(tripID: String, device: String, startTime: Date, start: TripPoint, firstSeq: UInt64?, imported: Bool? = nil) {
         self.tripID = tripID
         self.device = device
         self.startTime = startTime
         self.start = start
         self.firstSeq = firstSeq
+        self.imported = imported
     }
 
     enum CodingKeys: String, CodingKey {
-        case device, start
+        case device, start, imported
         case tripID = "trip_id"
         case startTime = "start_time"
         case firstSeq = "first_seq"
@@ -63,11 +67,14 @@ public struct TripEnded: Codable, Sendable, Equatable {
     public var lastSeq: UInt64?
     /// `[[lat, lon], …]`, simplified with Douglas-Peucker at `simplify_epsilon_m`.
     public var track: [[Double]]
+    /// True when the fix that began the trip came from `drivebus import`: a trip in a history,
+    /// not one happening now (Home Assistant's trip states ignore it). Absent for a live one.
+    public var imported: Bool?
 
     public init(
         tripID: String, device: String, startTime: Date, endTime: Date, durationS: Double, distanceM: Double,
         maxSpeedMps: Double, avgSpeedMps: Double, ascentM: Double?, descentM: Double?, start: TripPoint, end: TripPoint,
-        fixCount: Int, firstSeq: UInt64?, lastSeq: UInt64?, track: [[Double]]
+        fixCount: Int, firstSeq: UInt64?, lastSeq: UInt64?, track: [[Double]], imported: Bool? = nil
     ) {
         self.tripID = tripID
         self.device = device
@@ -85,10 +92,11 @@ public struct TripEnded: Codable, Sendable, Equatable {
         self.firstSeq = firstSeq
         self.lastSeq = lastSeq
         self.track = track
+        self.imported = imported
     }
 
     enum CodingKeys: String, CodingKey {
-        case device, start, end, track
+        case device, start, end, track, imported
         case tripID = "trip_id"
         case startTime = "start_time"
         case endTime = "end_time"

@@ -241,6 +241,13 @@ import Testing
             Publication("drivebus/events/geofence/exit/car", #"{"zone":"home","imported":true}"#, qos: 1, retain: false),
         ])
         #expect(publications("geofence.exit.car", #"{"zone":"home","imported":false}"#).count == 2)
+        // So is a trip or a score of one: `trip`, `last_trip` and `last_score` stay.
+        for (topic, payload) in [
+            ("trip.started.car", #"{"trip_id":"car-1","imported":true}"#), ("trip.ended.car", #"{"trip_id":"car-1","imported":true}"#),
+            ("drive.scored.car", #"{"trip_id":"car-1","score":80,"imported":true}"#),
+        ] {
+            #expect(publications(topic, payload).map(\.topic) == ["drivebus/events/" + topic.replacingOccurrences(of: ".", with: "/")])
+        }
     }
 
     @Test func gateAndCheckoutAreEventsNotRetained() {

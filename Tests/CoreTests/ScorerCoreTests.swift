@@ -4,6 +4,7 @@ import DrivebusTestbed
 import DrivebusTestSupport
 import Foundation
 import ScorerCore
+import TripsCore
 import Testing
 
 
@@ -408,6 +409,22 @@ func speedVariationPoints(_ scored: DriveScored) -> Double {
         let outputs = scorerRun(&scorer, drive.fixes.map(ScorerInput.fix))
         #expect(outputs.map(\.type) == ["drive.event", "drive.scored"])
         #expect(scorerScored(outputs).first?.events.count == 1)
+    }
+
+    @Test func aTripOfImportedFixesIsScoredAsImported() throws {
+        // Derived as the scorer service and stats derive them: the Vienna GPX came in with
+        // `drivebus import`, so its trip and its score say so; the same drive live does not.
+        for source in [FixSource.import, .api] {
+            var derivations = DriveDerivations(trips: TripsConfiguration(), scorer: ScorerConfiguration())
+            var scores: [DerivedEvent] = []
+            var fixes = try tripsViennaFixes()
+            for index in fixes.indices { fixes[index].source = source }
+            let payloads = fixes.map(JournalPayload.fix) + [.importFinished(ImportFinished(seq: 1526, device: "car", file: "vienna.gpx", fixes: 1525))]
+            for payload in payloads { scores += derivations.handle(payload, arrivedAt: ScorerDrive.start).scores }
+            let scored = try #require(scores.first { $0.type == "drive.scored" })
+            #expect(scores.filter { $0.type == "drive.scored" }.count == 1)
+            #expect(try BusJSON.decode(DriveScored.self, from: scored.payload).imported == (source == .import ? true : nil))
+        }
     }
 
     @Test func repeatedTripEndedIsIgnored() {

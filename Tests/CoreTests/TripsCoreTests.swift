@@ -146,6 +146,9 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         // It starts at the first fix: the car was already moving.
         #expect(trip.firstSeq == 1 && trip.startTime == fixes[0].time)
         #expect(trip.tripID == "car-1" && started[0].tripID == "car-1")
+        // The GPX came in with `drivebus import`: a trip in a history, and both events say so.
+        #expect(started[0].imported == true && trip.imported == true)
+        #expect(String(decoding: try BusJSON.encode(trip), as: UTF8.self).contains(#""imported":true"#))
         #expect(abs(trip.durationS - 28.9 * 60) < 60)
         #expect(trip.ascentM == nil && trip.descentM == nil, "the fixture has no elevation")
         #expect(trip.track.count > 20 && trip.track.count < trip.fixCount / 2)
@@ -378,6 +381,9 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         #expect(outputs.last?.type == "trip.ended")
         let trip = try #require(tripsEnded(outputs).first)
         #expect(trip.endTime == tripsDate(lastFix))
+        // Live fixes (`source: api`): the events carry no `imported`.
+        #expect(trip.imported == nil && tripsStarted(outputs).first?.imported == nil)
+        #expect(!String(decoding: try BusJSON.encode(trip), as: UTF8.self).contains("imported"))
         #expect(trip.lastSeq == moving.seq - 1)
 
         // Parked for a minute at the end: closes where it arrived.

@@ -170,9 +170,14 @@ public struct HomeAssistantBridge: Sendable {
         let type = parts.dropLast().joined(separator: ".")
         let state = "\(prefix)/\(device)"
         var out: [Publication] = []
+        // An event of an imported history says what happened then, not what happens now: it is
+        // copied under `p/events/`, but no state changes for it.
+        let imported = fields["imported"] as? Bool == true
         switch type {
         case "fix":
             return location(fields, state: state)
+        case _ where imported:
+            break
         case "trip.started":
             out.append(Publication("\(state)/trip", "ON", qos: 1, retain: true))
         case "trip.ended":
@@ -189,8 +194,7 @@ public struct HomeAssistantBridge: Sendable {
             for key in ["trip_id", "score", "events_per_100km", "speeding_s", "end_time"] { score[key] = fields[key] }
             out.append(Publication("\(state)/last_score", Self.json(score), qos: 1, retain: true))
         case "geofence.enter", "geofence.exit":
-            // A crossing in an imported history says where the device was then, not where it is.
-            if let zone = fields["zone"] as? String, fields["imported"] as? Bool != true {
+            if let zone = fields["zone"] as? String {
                 out.append(Publication("\(state)/zone/\(Self.topicLevel(zone))", type == "geofence.enter" ? "ON" : "OFF", qos: 1, retain: true))
             }
         case "gate.fired", "gate.failed":

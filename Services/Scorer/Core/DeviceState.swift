@@ -447,7 +447,7 @@ struct DeviceState: Sendable, Codable {
             speedingM: tuning.hasLimits ? rounded(speedingM, 1) : nil, limitKnownM: tuning.hasLimits ? rounded(limitKnownM, 1) : nil,
             worstSpeeding: tuning.hasLimits
                 ? Array(tripEvents.filter { $0.type == .speeding }.sorted { ($0.overKmh ?? 0, $1.time) > ($1.overKmh ?? 0, $0.time) }.prefix(3)) : nil,
-            speedVariation: rounded(variation, 3), components: score.components, session: open?.session ?? session)
+            speedVariation: rounded(variation, 3), components: score.components, session: open?.session ?? session, imported: ended.imported)
         scored.append(ended.tripID)
         if scored.count > Self.maxScored { scored.removeFirst() }
         if open != nil { trip = nil }

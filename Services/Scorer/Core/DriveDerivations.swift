@@ -14,7 +14,7 @@ extension TripsOutput {
         case .ended(let ended):
             .tripEnded(ScorerTrip(
                 tripID: ended.tripID, device: ended.device, startTime: ended.startTime, endTime: ended.endTime,
-                firstSeq: ended.firstSeq ?? 0, lastSeq: ended.lastSeq, distanceM: ended.distanceM))
+                firstSeq: ended.firstSeq ?? 0, lastSeq: ended.lastSeq, distanceM: ended.distanceM, imported: ended.imported))
         case .silent:
             nil
         }

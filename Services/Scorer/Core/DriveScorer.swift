@@ -16,8 +16,13 @@ public struct ScorerTrip: Sendable, Equatable, Codable {
     public var lastSeq: UInt64?
     /// The trips service's distance; without it the scorer sums its own.
     public var distanceM: Double?
+    /// The trip began with an imported fix (`TripStarted.imported`).
+    public var imported: Bool?
 
-    public init(tripID: String, device: String, startTime: Date, endTime: Date? = nil, firstSeq: UInt64, lastSeq: UInt64? = nil, distanceM: Double? = nil) {
+    public init(
+        tripID: String, device: String, startTime: Date, endTime: Date? = nil, firstSeq: UInt64, lastSeq: UInt64? = nil, distanceM: Double? = nil,
+        imported: Bool? = nil
+    ) {
         self.tripID = tripID
         self.device = device
         self.startTime = startTime
@@ -25,6 +30,7 @@ public struct ScorerTrip: Sendable, Equatable, Codable {
         self.firstSeq = firstSeq
         self.lastSeq = lastSeq
         self.distanceM = distanceM
+        self.imported = imported
     }
 }
 

@@ -67,6 +67,10 @@ struct DeviceTrack: Sendable, Codable {
     /// the caller says. Silence is measured from the later of this and the fix's own time, so an
     /// import of old fixes is not closed by the clock while it is still arriving.
     var arrivedAt: Double?
+    /// Whether the last accepted fix came from `drivebus import` (nil: live), and whether the
+    /// open or last trip began with one: what its events say as `imported`.
+    var lastImported: Bool?
+    var tripImported: Bool?
     /// The last accepted fix.
     var last: TrackPoint?
     /// Where the running distance was last counted to.
@@ -166,6 +170,7 @@ struct DeviceTrack: Sendable, Codable {
         rejected = nil
         rejectedRun = 0
         last = point
+        lastImported = fix.source == .import ? true : nil
         silentNotified = false
         feed(point, s, &out)
         return .accepted
@@ -268,9 +273,10 @@ struct DeviceTrack: Sendable, Codable {
             stayIndex = triggerIndex
             cosLat = cosine(ofLatitude: point.lat)
             let first = track[0]
+            tripImported = lastImported
             out.append(.started(TripStarted(
                 tripID: tripID, device: device, startTime: first.date, start: first.position,
-                firstSeq: first.seq > 0 ? first.seq : nil)))
+                firstSeq: first.seq > 0 ? first.seq : nil, imported: tripImported)))
             return
         }
         // Near the centre the device rests, unless it is heading out fast: then this may be the
@@ -409,7 +415,7 @@ struct DeviceTrack: Sendable, Codable {
             ascentM: hasAltitude ? ascent.ascentM : nil, descentM: hasAltitude ? ascent.descentM : nil,
             start: first.position, end: last.position, fixCount: end + 1,
             firstSeq: first.seq > 0 ? first.seq : nil, lastSeq: last.seq > 0 ? last.seq : nil,
-            track: kept.map { [coordinates[$0].lat, coordinates[$0].lon] })
+            track: kept.map { [coordinates[$0].lat, coordinates[$0].lon] }, imported: tripImported)
     }
 
     /// The shortest span a top speed is implied over.
