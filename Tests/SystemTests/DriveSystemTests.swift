@@ -72,6 +72,7 @@ import Testing
         #expect(ended.count == 1)
         let trip = try #require(try ended.first?.decode(TripEnded.self))
         #expect(abs(trip.distanceM - 22_300) <= 22_300 * 0.03, "distance \(trip.distanceM)")
+        #expect(trip.imported == true, "the GPX came with drivebus import")
         #expect(trip.firstSeq == 2)
         #expect(messages.filter { $0.topic == "trip.started.car" }.count == 1)
         let scored = try #require(try messages.first { $0.topic == "drive.scored.car" }?.decode(DriveScored.self))

@@ -16,13 +16,16 @@ import Testing
         let config: DrivebusConfig
         var processes: [ServiceName: Child] = [:]
 
-        init(extra: String = "", services: [ServiceName] = [.mqtt], tls: Bool = false) async throws {
+        init(
+            extra: String = "", services: [ServiceName] = [.mqtt], tls: Bool = false,
+            zones: String = "[{id: home, circle: {lat: 48.2, lon: 16.37, radius_m: 150}}]"
+        ) async throws {
             broker = try await Mosquitto(in: dir.path + "/broker", tls: tls)
             let yaml = """
                 state_dir: \(dir.path)/state
                 heartbeat_interval_s: 0.2
                 devices: [{id: phone, token: phone-token-0123456789, home: home}]
-                zones: [{id: home, circle: {lat: 48.2, lon: 16.37, radius_m: 150}}]
+                zones: \(zones)
                 ingest: {listen: "127.0.0.1:\(freePort())"}
                 stats: {listen: "127.0.0.1:\(freePort())"}
                 \(broker.configSection)
@@ -164,6 +167,38 @@ import Testing
         // Killed, drivebus is unavailable (the will); back, it is online again.
         try await harness.kill(.mqtt)
         #expect(await eventually(within: .seconds(15)) { homeAssistant.texts("drivebus/status").suffix(2) == ["offline", "online"] })
+        try await harness.stop()
+    }
+
+    @Test func anImportedHistoryMovesNoStateButItsEventsAreCopied() async throws {
+        // The Vienna GPX (a real drive) ends in `arrival`: imported as a new phone's history (as
+        // a Takeout is at setup), it makes a trip, a score and a crossing into `arrival`, all of
+        // them history. No state of Home Assistant's changes for them; the events are copied
+        // under drivebus/events/ with their flag. (A phone's history imported after its live
+        // fixes makes no trips: the trip segmenter skips fixes older than the newest.)
+        var harness = try await Harness(
+            services: [.mqtt, .trips, .geofence, .scorer],
+            zones: "[{id: home, circle: {lat: 48.2, lon: 16.37, radius_m: 150}}, {id: arrival, circle: {lat: 48.208, lon: 16.39, radius_m: 300}}]")
+        let homeAssistant = try TestMQTT(harness.broker, id: "home-assistant", subscribe: ["drivebus/#"])
+        try await homeAssistant.connected()
+        let gpx = fixtures.appendingPathComponent("car_vienna_osm_1hz.gpx").path
+        let imported = try await run("drivebus", ["import", "--config", harness.path, "--device", "phone", gpx])
+        #expect(imported.status == 0, "\(imported.stderr)")
+        for topic in ["trip/started", "trip/ended", "drive/scored", "geofence/enter"] {
+            let copy = await homeAssistant.message("drivebus/events/\(topic)/phone", within: .seconds(30))
+            #expect(copy?.text.contains(#""imported":true"#) == true, "\(topic): \(copy?.text ?? "nothing")")
+        }
+        for state in ["trip", "last_trip", "last_score", "zone/arrival"] {
+            #expect(homeAssistant.texts("drivebus/phone/\(state)").isEmpty, "\(state): \(homeAssistant.texts("drivebus/phone/\(state)"))")
+        }
+        #expect(homeAssistant.texts("drivebus/phone/location").isEmpty)
+
+        // The live phone is news: its position, and its leaving the zone where the history ended.
+        let phone = try TestMQTT(harness.broker, id: "phone")
+        try await phone.connected()
+        phone.client.publish(MQTTMessage(topic: "owntracks/jan/phone", text: Self.location(Int(Date().timeIntervalSince1970), lat: 48.25), qos: 1))
+        #expect(await homeAssistant.message("drivebus/phone/zone/arrival") { $0.text == "OFF" } != nil)
+        #expect(homeAssistant.texts("drivebus/phone/location").count == 1)
         try await harness.stop()
     }
 
