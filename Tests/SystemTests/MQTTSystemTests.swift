@@ -38,6 +38,11 @@ import Testing
                 if service == .bus { try await waitUntilLive(.bus, config: config) }
             }
             for service in services { try await waitUntilLive(service, config: config) }
+            // Some tests post to ingest's HTTP at once (its listener may come after the bus).
+            let health = "http://\(config.ingest.listen)/healthz"
+            guard await eventually(within: .seconds(20), { (try? await http("GET", health).status) == 200 }) else {
+                throw Timeout(description: "ingest's HTTP did not answer at \(health)")
+            }
         }
 
         mutating func kill(_ service: ServiceName, restart: Bool = true) async throws {
