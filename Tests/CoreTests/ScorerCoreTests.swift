@@ -419,8 +419,8 @@ func speedVariationPoints(_ scored: DriveScored) -> Double {
             var scores: [DerivedEvent] = []
             var fixes = try tripsViennaFixes()
             for index in fixes.indices { fixes[index].source = source }
-            let payloads = fixes.map(JournalPayload.fix) + [.importFinished(ImportFinished(seq: 1526, device: "car", file: "vienna.gpx", fixes: 1525))]
-            for payload in payloads { scores += derivations.handle(payload, arrivedAt: ScorerDrive.start).scores }
+            for fix in fixes { scores += derivations.handle(.fix(fix), arrivedAt: ScorerDrive.start).scores }
+            scores += derivations.tick(ScorerDrive.start.addingTimeInterval(3600)).scores  // the silence closes it
             let scored = try #require(scores.first { $0.type == "drive.scored" })
             #expect(scores.filter { $0.type == "drive.scored" }.count == 1)
             #expect(try BusJSON.decode(DriveScored.self, from: scored.payload).imported == (source == .import ? true : nil))

@@ -43,6 +43,8 @@ struct TripsScript {
     var y = 0.0
     var inputs: [TripsInput] = []
     var random = SplitMix64(seed: 7)
+    /// As a file brings them: `importFinished()` closes only an imported trip.
+    var source = FixSource.import
 
     init(device: String = "car", seqStart: UInt64 = 0) {
         self.device = device
@@ -58,7 +60,7 @@ struct TripsScript {
         let position = projection.unproject(x: x, y: y)
         inputs.append(.fix(Fix(
             seq: nextSeq(), device: device, time: tripsDate(t), lat: position.lat, lon: position.lon,
-            accuracyM: accuracy, altitudeM: altitude, speedMps: speed, source: .api)))
+            accuracyM: accuracy, altitudeM: altitude, speedMps: speed, source: source)))
     }
 
     /// Drives in a straight line to (x, y) at `speed`, a fix about every `every` seconds.
@@ -381,9 +383,7 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         #expect(outputs.last?.type == "trip.ended")
         let trip = try #require(tripsEnded(outputs).first)
         #expect(trip.endTime == tripsDate(lastFix))
-        // Live fixes (`source: api`): the events carry no `imported`.
-        #expect(trip.imported == nil && tripsStarted(outputs).first?.imported == nil)
-        #expect(!String(decoding: try BusJSON.encode(trip), as: UTF8.self).contains("imported"))
+        #expect(trip.imported == true && tripsStarted(outputs).first?.imported == true)
         #expect(trip.lastSeq == moving.seq - 1)
 
         // Parked for a minute at the end: closes where it arrived.
@@ -399,6 +399,21 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         var next = segmenter
         #expect(next.handle(.importFinished(ImportFinished(device: "car", file: "x.gpx", fixes: 0))).isEmpty)
         #expect(next.handle(.importFinished(ImportFinished(device: "other", file: "x.gpx", fixes: 0))).isEmpty)
+
+        // A live trip goes on when an import (of older fixes, skipped) finishes: the phone is
+        // still driving. Its events carry no `imported`.
+        var live = TripsScript()
+        live.source = .api
+        live.drive(toX: 2000, y: 0, speed: 15)
+        live.importFinished()
+        let liveOutputs = tripsRun(live.inputs).outputs
+        #expect(tripsStarted(liveOutputs).count == 1 && tripsEnded(liveOutputs).isEmpty)
+        #expect(tripsStarted(liveOutputs).first?.imported == nil)
+        live.wait(3600)
+        live.tick(after: 0)
+        let closed = try #require(tripsEnded(tripsRun(live.inputs).outputs).first)
+        #expect(closed.imported == nil)
+        #expect(try !String(decoding: BusJSON.encode(closed), as: UTF8.self).contains("imported"))
     }
 
     @Test func outOfOrderFixesAreCountedAndSkipped() throws {
@@ -524,7 +539,7 @@ func tripsPathDistance(_ fixes: [Fix]) -> Double {
         #expect(try BusJSON.encoder().encode(decoded) == BusJSON.encoder().encode(trip))
         let started = try #require(tripsStarted(outputs).first)
         let startedJSON = try #require(String(data: BusJSON.encoder().encode(started), encoding: .utf8))
-        #expect(startedJSON == #"{"device":"car","first_seq":1,"start":{"lat":48.2,"lon":16.37},"start_time":"2025-11-21T04:40:00.000Z","trip_id":"car-1"}"#)
+        #expect(startedJSON == #"{"device":"car","first_seq":1,"imported":true,"start":{"lat":48.2,"lon":16.37},"start_time":"2025-11-21T04:40:00.000Z","trip_id":"car-1"}"#)
         for output in outputs {
             #expect(output.eventID.utf8.allSatisfy { (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") })
             #expect(output.device == "car")

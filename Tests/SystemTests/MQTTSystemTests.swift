@@ -203,6 +203,7 @@ import Testing
         try await phone.connected()
         phone.client.publish(MQTTMessage(topic: "owntracks/jan/phone", text: Self.location(Int(Date().timeIntervalSince1970), lat: 48.25), qos: 1))
         #expect(await homeAssistant.message("drivebus/phone/zone/arrival") { $0.text == "OFF" } != nil)
+        #expect(await homeAssistant.message("drivebus/phone/location")?.text.contains("48.25") == true)
         #expect(homeAssistant.texts("drivebus/phone/location").count == 1)
         try await harness.stop()
     }

@@ -68,7 +68,8 @@ struct DeviceTrack: Sendable, Codable {
     /// import of old fixes is not closed by the clock while it is still arriving.
     var arrivedAt: Double?
     /// Whether the last accepted fix came from `drivebus import` (nil: live), and whether the
-    /// open or last trip began with one: what its events say as `imported`.
+    /// fix on which the open or last trip was found to start was one: what its events say as
+    /// `imported`.
     var lastImported: Bool?
     var tripImported: Bool?
     /// The last accepted fix.
@@ -191,9 +192,11 @@ struct DeviceTrack: Sendable, Codable {
         confidence = sample.confidence
     }
 
-    /// `import.finished`: nothing more is coming for this file, so close what is open.
-    mutating func closeOpenTrip(_ s: Settings, _ out: inout [TripsOutput]) {
-        while inTrip {
+    /// Closes the trip that is open: the clock's silence, or (`importedOnly`) `import.finished`,
+    /// after which nothing more is coming for that file. A live trip goes on when a file ends:
+    /// the phone is still driving, whatever the file held.
+    mutating func closeOpenTrip(importedOnly: Bool = false, _ s: Settings, _ out: inout [TripsOutput]) {
+        while inTrip, !importedOnly || tripImported == true {
             drain(closeAtRest(s, &out), s, &out)
         }
     }

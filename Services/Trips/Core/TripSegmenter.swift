@@ -125,7 +125,7 @@ public struct TripSegmenter: Sendable, Codable {
             devices[index].motion(sample, settings, &out)
         case .importFinished(let finished):
             guard advance(finished.seq), let index = existingSlot(for: finished.device) else { return out }
-            devices[index].closeOpenTrip(settings, &out)
+            devices[index].closeOpenTrip(importedOnly: true, settings, &out)
         case .tick(let now):
             let nowT = now.timeIntervalSinceReferenceDate
             guard nowT.isFinite else { return out }
