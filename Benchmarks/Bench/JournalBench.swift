@@ -52,6 +52,12 @@ struct JournalBench: AsyncParsableCommand {
 
     static let start = 1_500_000_000.0
 
+    func validate() throws {
+        guard fixes >= 1, devices >= 1, appends >= 1, rounds >= 1, yearDays >= 1, loadSeconds >= 1 else {
+            throw ValidationError("every count must be at least 1")
+        }
+    }
+
     func fix(_ index: Int) -> JournalRecord {
         let device = "phone\(index % devices)"
         let second = Double(index / devices)
