@@ -21,8 +21,9 @@ public struct TripStarted: Codable, Sendable, Equatable {
     public var start: TripPoint
     /// The journal seq of the trip's first fix.
     public var firstSeq: UInt64?
-    /// True when the fix that began the trip came from `drivebus import`: a trip in a history,
-    /// not one happening now (Home Assistant's trip states ignore it). Absent for a live one.
+    /// True when the fix on which the trip was found to start came from `drivebus import`: a
+    /// trip in a history, not one happening now (Home Assistant's trip states ignore it).
+    /// Absent for a live one.
     public var imported: Bool?
 
     public init(tripID: String, device: String, startTime: Date, start: TripPoint, firstSeq: UInt64?, imported: Bool? = nil) {
@@ -67,8 +68,9 @@ public struct TripEnded: Codable, Sendable, Equatable {
     public var lastSeq: UInt64?
     /// `[[lat, lon], …]`, simplified with Douglas-Peucker at `simplify_epsilon_m`.
     public var track: [[Double]]
-    /// True when the fix that began the trip came from `drivebus import`: a trip in a history,
-    /// not one happening now (Home Assistant's trip states ignore it). Absent for a live one.
+    /// True when the fix on which the trip was found to start came from `drivebus import`: a
+    /// trip in a history, not one happening now (Home Assistant's trip states ignore it).
+    /// Absent for a live one.
     public var imported: Bool?
 
     public init(
