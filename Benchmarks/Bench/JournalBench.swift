@@ -44,9 +44,9 @@ struct JournalBench: AsyncParsableCommand {
     @Option(help: "Days of the year that the retention case expires (two hours of 1 Hz driving each).")
     var yearDays = 365
 
-    // Calm windows as long as the compacting one (about 33 s here), so that each holds as many
-    // of the rare 40–100 ms waits (most likely seals: one every 32 MB, about every 20–25 s at this
-    // rate): with 10 s ones the p99 ratio mostly told whether such a wait fell in them.
+    // Calm windows as long as the compacting one (about 33 s here), so that each is as likely to
+    // hold the rare 40–100 ms waits (most likely seals: one every 32 MB, about every 20–25 s at
+    // this rate): with 10 s ones the ratio swung 0.85–1.64 between runs of the same code.
     @Option(help: "Seconds of 10,000 fixes/s in the retention case before the compaction and after it, and at least this long during it.")
     var loadSeconds = 30
 
