@@ -165,7 +165,7 @@ private struct JournalPageFixes {
         while pending.isEmpty {
             guard let message = await messages.next() else { return nil }
             guard message.topic == JournalPage.type else { return message.topic }
-            pending = ((try? JournalPage.decode(message.payload)) ?? []).map(\.topic).reversed()
+            pending = ((try? JournalPage.records(in: message)) ?? []).map(\.topic).reversed()
         }
         return pending.removeLast()
     }
