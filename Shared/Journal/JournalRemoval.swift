@@ -320,8 +320,11 @@ extension Journal {
 /// The writer only stores two numbers (it must never wait on the idle-priority thread that
 /// watches them); the watcher polls.
 final class CommitEnds: Sendable {
+    private static let never = Int64.min
     private let count = Atomic<UInt64>(0)
-    private let lastEnd = Atomic<Int64>(0)
+    /// When the last commit ended (monotonic ns). Not 0: the clock counts from boot, and a machine
+    /// up for less than the patience would take 0 for a commit that just ended.
+    private let lastEnd = Atomic<Int64>(CommitEnds.never)
 
     /// The writer has finished a commit (written, synced and answered).
     func signal() {
@@ -335,7 +338,8 @@ final class CommitEnds: Sendable {
         let seen = count.load(ordering: .acquiring)
         let patienceNanoseconds = Int64(patience.inSeconds * 1e9)
         let started = Self.now()
-        guard started - lastEnd.load(ordering: .relaxed) < patienceNanoseconds else { return }
+        let last = lastEnd.load(ordering: .relaxed)
+        guard last != Self.never, started - last < patienceNanoseconds else { return }
         while count.load(ordering: .acquiring) == seen && Self.now() - started < patienceNanoseconds {
             usleep(200)
         }
