@@ -17,14 +17,18 @@ func serviceExecutable(_ name: String, _ dependencies: [Target.Dependency] = [],
 /// On Linux the executables that run at home are linked by lld with the functions they run from
 /// start to rest placed together (deploy/link-order/, written by Benchmarks/link-order.sh): the
 /// kernel maps code in 64 KB around each page touched, and scattered start-up code kept most of
-/// an executable's code resident (README, "Memory at rest"). Every executable here has its file, empty for those
-/// the script does not run.
+/// an executable's code resident (README, "Memory at rest"). Every executable here has its file,
+/// empty for those the script does not run. The files are not build inputs: remove the
+/// executables to relink them.
 func startupOrder(_ executable: String) -> [LinkerSetting] {
     let file = Context.packageDirectory + "/deploy/link-order/\(executable).txt"
     var flags = ["-use-ld=lld", "-Xlinker", "--symbol-ordering-file=\(file)", "-Xlinker", "--no-warn-symbol-ordering"]
     // Relative relocations packed (DT_RELR): the loader reads 0.3 MB of them instead of 1.3 MB at
-    // every start. Binaries so linked need glibc 2.36 (Debian 12) or later to run.
-    if glibcHasRELR { flags += ["-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"] }
+    // every start. Binaries so linked need glibc 2.36 (Debian 12) or later to run: building for
+    // an older host elsewhere, set DRIVEBUS_UNPACKED_RELOCATIONS=1.
+    if glibcHasRELR && Context.environment["DRIVEBUS_UNPACKED_RELOCATIONS"] == nil {
+        flags += ["-Xlinker", "-z", "-Xlinker", "pack-relative-relocs"]
+    }
     return [.unsafeFlags(flags, .when(platforms: [.linux]))]
 }
 
