@@ -6,9 +6,10 @@
 # in 64 KB around every page touched, and start-up code scattered through 13 MB kept 9 MB of stats'
 # code resident (README, "Memory at rest").
 #
-# How: `drivebus up` on the built-in config and one phone in a temporary directory, with the disk's read-ahead
-# off and the page cache dropped, so that every page of code faults on its own; `perf` records
-# every page fault for 25 s, and each fault whose address is its own instruction names a function.
+# How: `drivebus up` on the built-in config and one phone in a temporary directory, with the
+# disk's read-ahead off and the page cache dropped, so that every page of code faults on its own;
+# `perf` records every page fault for the first 25 s or so (not the stop), and each fault whose
+# address is its own instruction names a function.
 # Pages already mapped hide the functions after the first in them, so it runs six rounds,
 # relinking in between, and each round adds what it found to what the files held.
 #
