@@ -19,7 +19,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-6}
-executables=(drivebus drivebus-bus drivebus-ingest drivebus-trips drivebus-geofence drivebus-checkout drivebus-scorer drivebus-stats)
+executables=(drivebus drivebus-bus drivebus-ingest drivebus-trips drivebus-geofence drivebus-checkout drivebus-scorer drivebus-stats drivebus-mqtt)
 # Run under sudo, the build and the lists stay the user's.
 as_user=()
 [ -n "${SUDO_USER:-}" ] && as_user=(sudo -u "$SUDO_USER")
@@ -27,8 +27,10 @@ work=$(mktemp -d)
 up=
 saved=
 readahead=
+broker=
 restore() {
   [ -n "$up" ] && kill -KILL "$up" 2>/dev/null
+  [ -n "$broker" ] && kill "$broker" 2>/dev/null
   [ -n "$saved" ] && echo "$saved" > "$readahead"
   rm -rf "$work"
 }
@@ -39,12 +41,17 @@ disk=/sys/dev/block/$(findmnt -no MAJ:MIN --target . | tr -d " ")
 readahead=$disk/queue/read_ahead_kb
 [ -w "$readahead" ] || { echo "link-order: no read-ahead setting at $readahead (root needed)" >&2; exit 1; }
 saved=$(cat "$readahead")
-# drivebus-mqtt needs a broker, which the built-in config has not: its file stays empty.
 "${as_user[@]}" mkdir -p deploy/link-order
-for exe in "${executables[@]}" drivebus-mqtt; do "${as_user[@]}" touch "deploy/link-order/$exe.txt"; done
+for exe in "${executables[@]}"; do "${as_user[@]}" touch "deploy/link-order/$exe.txt"; done
 
-# The built-in config with a phone, as every home has one.
+# The built-in config with a phone, as every home has one, and the MQTT bridge with Home
+# Assistant on a Mosquitto of its own (deploy/setup --with-broker installs it).
 echo "devices: [{id: phone, token: link-order-$RANDOM$RANDOM$RANDOM}]" > "$work/drivebus.yaml"
+port=$((20000 + RANDOM % 20000))
+printf 'listener %s 127.0.0.1\nallow_anonymous true\nuser root\nlog_dest file %s/mosquitto.log\n' "$port" "$work" > "$work/mosquitto.conf"
+mosquitto -c "$work/mosquitto.conf" &
+broker=$!
+echo "mqtt: {broker: \"127.0.0.1:$port\", home_assistant: {discovery_prefix: homeassistant}}" >> "$work/drivebus.yaml"
 
 for round in $(seq 1 "$rounds"); do
   # The linker does not know these files as inputs: remove the executables to relink them.
