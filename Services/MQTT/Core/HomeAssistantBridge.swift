@@ -272,8 +272,36 @@ public struct HomeAssistantBridge: Sendable {
         return (value * scale).rounded() / scale
     }
 
+    /// Keys sorted by code point and written here. `JSONSerialization`'s `.sortedKeys` compares
+    /// them by locale, through ICU, whose data then stays resident (3 MB of the bridge at rest)
+    /// though nothing else in it needs ICU. Leaves are still written by `JSONSerialization`.
     static func json(_ object: [String: Any]) -> String {
-        guard let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys, .withoutEscapingSlashes]) else { return "{}" }
-        return String(decoding: data, as: UTF8.self)
+        var out = ""
+        write(object, to: &out)
+        return out
+    }
+
+    private static func write(_ value: Any, to out: inout String) {
+        switch value {
+        case let object as [String: Any]:
+            out += "{"
+            for (index, key) in object.keys.sorted().enumerated() {
+                if index > 0 { out += "," }
+                write(key, to: &out)
+                out += ":"
+                write(object[key]!, to: &out)
+            }
+            out += "}"
+        case let array as [Any]:
+            out += "["
+            for (index, element) in array.enumerated() {
+                if index > 0 { out += "," }
+                write(element, to: &out)
+            }
+            out += "]"
+        default:
+            let data = try? JSONSerialization.data(withJSONObject: value, options: [.fragmentsAllowed, .withoutEscapingSlashes])
+            out += data.map { String(decoding: $0, as: UTF8.self) } ?? "null"
+        }
     }
 }
