@@ -146,7 +146,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 },
                 cursor: { [self] cursor in caughtUp.store(cursor.isLive, ordering: .relaxed) }
             ) { messages, live in
-                for message in messages { try await self.apply(message, live: live) }
+                try await self.apply(messages, live: live)
                 if !live { self.replayed.add(messages.count, ordering: .relaxed) }
             }
             group.cancelAll()
@@ -193,26 +193,44 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         try await journal(events)
     }
 
-    private func apply(_ message: JournalMessage, live: Bool) async throws {
-        let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
-            // Strictly in order: a message after a gap is never applied before the gap is filled.
-            guard message.seq == checkpoint.lastSeq + 1, !poisoned.load(ordering: .relaxed) else { return [] }
-            let events = try poisonOnFailure { try apply(&checkpoint.core, message, live) }
-            checkpoint.lastSeq = message.seq
-            seq.store(message.seq, ordering: .relaxed)
-            changes.add(1, ordering: .relaxed)
-            if !events.isEmpty { unjournaled.add(1, ordering: .relaxed) }
-            return events
-        }
-        try await journal(events)
-        // Checkpoint right after journaling what a message produced, so that a restart has less
-        // to redo (a gate's cooldown, recorded with its firing, is not lost to a crash). A large
-        // state waits for its gap: under a flood every few messages derive a score, and each save
-        // encodes the whole state (open trips, the scorer's history), which kept a core busy.
-        if !events.isEmpty, lastSave.withLock({ $0.bytes <= CheckpointPacing.promptBytes || $0.at.duration(to: .now) >= pacing.gap(afterSaving: $0.bytes) }) {
-            saveCheckpoint(prompt: true)
+    /// Applies a group of messages in order, taking the state lock once for a run of them rather
+    /// than once a message (a page of fixes is a hundred). A run ends at a message that derived
+    /// events, which are journaled before the next is applied, or after `applyRun` messages, so
+    /// that a tick or an RPC reading the state never waits long.
+    private func apply(_ messages: [JournalMessage], live: Bool) async throws {
+        var next = messages.startIndex
+        while next < messages.endIndex {
+            let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
+                let runEnd = min(messages.endIndex, next + Self.applyRun)
+                while next < runEnd {
+                    let message = messages[next]
+                    next += 1
+                    // Strictly in order: a message after a gap is never applied before the gap is filled.
+                    guard message.seq == checkpoint.lastSeq + 1, !poisoned.load(ordering: .relaxed) else { continue }
+                    let events = try poisonOnFailure { try apply(&checkpoint.core, message, live) }
+                    checkpoint.lastSeq = message.seq
+                    seq.store(message.seq, ordering: .relaxed)
+                    changes.add(1, ordering: .relaxed)
+                    if !events.isEmpty {
+                        unjournaled.add(1, ordering: .relaxed)
+                        return events
+                    }
+                }
+                return []
+            }
+            try await journal(events)
+            // Checkpoint right after journaling what a message produced, so that a restart has less
+            // to redo (a gate's cooldown, recorded with its firing, is not lost to a crash). A large
+            // state waits for its gap: under a flood every few messages derive a score, and each save
+            // encodes the whole state (open trips, the scorer's history), which kept a core busy.
+            if !events.isEmpty, lastSave.withLock({ $0.bytes <= CheckpointPacing.promptBytes || $0.at.duration(to: .now) >= pacing.gap(afterSaving: $0.bytes) }) {
+                saveCheckpoint(prompt: true)
+            }
         }
     }
+
+    /// The most messages applied under one taking of the state lock.
+    private static var applyRun: Int { 256 }
 
     /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
     /// is checkpointed from then on.
