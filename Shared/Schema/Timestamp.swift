@@ -51,6 +51,11 @@ public enum RFC3339 {
         parse(utf8: Array(text.utf8)[...])
     }
 
+    /// The usual case, without the generic one's lookups from other modules.
+    public static func parse(_ text: String) -> Date? {
+        parse(utf8: Array(text.utf8)[...])
+    }
+
     public static func parse(utf8 text: ArraySlice<UInt8>) -> Date? {
         var scanner = Scanner(text)
         guard let year = scanner.digits(4), scanner.skip("-"),

@@ -128,13 +128,14 @@ public enum Whitespace {
     public static func trimmed(_ text: String, newlines: Bool = false) -> String {
         let utf8 = text.utf8
         guard let first = utf8.first, let last = utf8.last else { return text }
-        let set: CharacterSet = newlines ? .whitespacesAndNewlines : .whitespaces
-        guard first < 0x80, last < 0x80 else { return text.trimmingCharacters(in: set) }
+        // Made only when needed: a `CharacterSet` costs more to make than the ASCII trim does.
+        func foundationTrimmed() -> String { text.trimmingCharacters(in: newlines ? .whitespacesAndNewlines : .whitespaces) }
+        guard first < 0x80, last < 0x80 else { return foundationTrimmed() }
         func isSpace(_ byte: UInt8) -> Bool { byte == 0x20 || byte == 0x09 || (newlines && (byte == 0x0A || byte == 0x0D || byte == 0x0B || byte == 0x0C)) }
         guard isSpace(first) || isSpace(last) else { return text }
         guard let start = utf8.firstIndex(where: { !isSpace($0) }), let end = utf8.lastIndex(where: { !isSpace($0) }) else { return "" }
         // Unicode spaces behind the ASCII ones: Foundation knows them all.
-        guard utf8[start] < 0x80, utf8[end] < 0x80 else { return text.trimmingCharacters(in: set) }
+        guard utf8[start] < 0x80, utf8[end] < 0x80 else { return foundationTrimmed() }
         return String(text[start...end])
     }
 }

@@ -1,6 +1,7 @@
 import DrivebusConfiguration
 import DrivebusJournal
 import DrivebusSchema
+import DrivebusTrackFormats
 import Foundation
 
 /// Which device a request speaks for. The token decides; a client's own label never does.
@@ -62,11 +63,11 @@ public struct DeviceDirectory: Sendable {
     /// A token from `Authorization: Bearer …`, from Basic auth (the password), or from a `token`
     /// parameter, in that order.
     public static func token(headers: [String: String], parameters: Parameters) -> String? {
-        if let authorization = headers["authorization"]?.trimmingCharacters(in: .whitespaces) {
+        if let authorization = headers["authorization"].map({ Whitespace.trimmed($0) }) {
             let parts = authorization.split(separator: " ", maxSplits: 1)
             if parts.count == 2 {
                 let scheme = parts[0].lowercased()
-                let value = String(parts[1]).trimmingCharacters(in: .whitespaces)
+                let value = Whitespace.trimmed(String(parts[1]))
                 if scheme == "bearer", !value.isEmpty { return value }
                 if scheme == "basic", let data = Data(base64Encoded: value),
                    let pair = String(data: data, encoding: .utf8), let colon = pair.firstIndex(of: ":") {

@@ -143,7 +143,8 @@ package struct Normalizer: Sendable {
     /// with any offset, or `yyyy-MM-dd HH:mm:ss` in UTC.
     static func parseTime(_ text: String, field: @autoclosure () -> String) throws(IngestError) -> Date {
         let trimmed = trimmingWhitespace(text)
-        if let number = Double(trimmed), trimmed.allSatisfy({ $0.isNumber || $0 == "." }) {
+        // Digits and a point only: a date is not handed to `Double` first, which copies it.
+        if trimmed.utf8.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || $0 == UInt8(ascii: ".") }), let number = Double(trimmed) {
             let seconds = number > 2_147_483_647 ? number / 1000 : number
             // Beyond year 9999 even as milliseconds: not a time any client meant.
             guard seconds < 253_402_300_800 else { throw .invalid(field(), "time \(text) is out of range") }
