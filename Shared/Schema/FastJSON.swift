@@ -125,20 +125,23 @@ public struct JSONWriter {
 }
 
 /// An object key as written in the document, matched against literals without making a `String`.
-/// Keys of up to 16 bytes (every key of ours) are packed into two words; longer ones keep their text.
+/// Keys of up to 32 bytes (every key of ours, and the phone apps' `horizontal_accuracy`) are
+/// packed into four words; longer ones keep their text.
 public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
+    private typealias Words = (UInt64, UInt64, UInt64, UInt64)
+    private static let packedBytes = MemoryLayout<Words>.size
+
     private let count: Int
-    private let low: UInt64
-    private let high: UInt64
+    private let words: Words
     private let long: String?
 
     init(_ bytes: UnsafeBufferPointer<UInt8>) {
         count = bytes.count
-        if bytes.count <= 16 {
-            (low, high) = Self.pack(bytes)
+        if bytes.count <= Self.packedBytes {
+            words = Self.pack(bytes)
             long = nil
         } else {
-            (low, high) = (0, 0)
+            words = (0, 0, 0, 0)
             long = String(decoding: bytes, as: UTF8.self)
         }
     }
@@ -148,19 +151,22 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
         self = text.withUTF8 { Self($0) }
     }
 
-    /// Byte i at bits 8i of the pair: the key's bytes copied in, read as little-endian words
-    /// (every key of every payload is packed, so no loop over its bytes).
-    private static func pack(_ bytes: UnsafeBufferPointer<UInt8>) -> (UInt64, UInt64) {
-        var words: (UInt64, UInt64) = (0, 0)
+    /// The key's bytes copied in, in memory order, the rest zero (every key of every payload is
+    /// packed, so no loop over its bytes).
+    private static func pack(_ bytes: UnsafeBufferPointer<UInt8>) -> Words {
+        var words: Words = (0, 0, 0, 0)
         withUnsafeMutableBytes(of: &words) { $0.copyMemory(from: UnsafeRawBufferPointer(bytes)) }
-        return (UInt64(littleEndian: words.0), UInt64(littleEndian: words.1))
+        return words
+    }
+
+    public static func == (a: JSONKey, b: JSONKey) -> Bool {
+        a.count == b.count && a.words.0 == b.words.0 && a.words.1 == b.words.1 && a.words.2 == b.words.2 && a.words.3 == b.words.3
+            && a.long == b.long
     }
 
     public var description: String {
         if let long { return long }
-        // `pack` puts byte i at bits 8i: memory order once the words are little-endian (a no-op
-        // on the machines we run on).
-        var words = (low.littleEndian, high.littleEndian)
+        var words = words
         return withUnsafeBytes(of: &words) { String(decoding: $0.prefix(count), as: UTF8.self) }
     }
 
@@ -171,10 +177,12 @@ public struct JSONKey: Sendable, Equatable, CustomStringConvertible {
         pattern.utf8CodeUnitCount == key.count && key.hasBytes(of: pattern)
     }
 
+    /// Inlined too: with the literal known, the compiler compares it without a loop.
+    @inline(__always)
     private func hasBytes(of pattern: StaticString) -> Bool {
         let literal = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
         if let long { return long.utf8.elementsEqual(literal) }
-        var words = (low.littleEndian, high.littleEndian)  // in key order, as in `description`
+        var words = words
         return withUnsafeBytes(of: &words) { stored in
             for offset in 0..<literal.count where stored[offset] != literal[offset] { return false }
             return true
@@ -565,6 +573,7 @@ public struct JSONReader {
         index += count
     }
 
+    @inline(__always)
     private mutating func expect(_ byte: UInt8) throws(Failure) {
         skipSpace()
         guard index < bytes.count, bytes[index] == byte else {
@@ -573,9 +582,17 @@ public struct JSONReader {
         index += 1
     }
 
+    @inline(__always)
     private func peek() -> UInt8? { index < bytes.count ? bytes[index] : nil }
 
+    /// Inlined with its first test: the bus's JSON is compact, so mostly no space follows.
+    @inline(__always)
     private mutating func skipSpace() {
+        guard index < bytes.count, bytes[index] <= 0x20 else { return }
+        skipSpaceRun()
+    }
+
+    private mutating func skipSpaceRun() {
         while index < bytes.count {
             let byte = bytes[index]
             guard byte == 0x20 || byte == 0x0A || byte == 0x0D || byte == 0x09 else { return }
