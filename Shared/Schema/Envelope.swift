@@ -153,8 +153,10 @@ public struct BusMessage: Sendable {
 
     /// The device id at the end of the topic, for topics that carry one.
     public var device: String? {
-        guard topic.count > header.type.count + 1, topic.hasPrefix(header.type + ".") else { return nil }
-        return String(topic.dropFirst(header.type.count + 1))
+        // By bytes: topics are ASCII, and `count` and `dropFirst` on a `String` count characters.
+        let topic = topic.utf8, type = header.type.utf8
+        guard topic.count > type.count + 1, topic.starts(with: type), topic.dropFirst(type.count).first == UInt8(ascii: ".") else { return nil }
+        return String(decoding: topic.dropFirst(type.count + 1), as: UTF8.self)
     }
 }
 

@@ -14,14 +14,14 @@ public struct JournalMessage: Sendable {
 
     /// The topic without its device: `fix`, `taxi.checkin`…
     public var type: String {
-        for (type, prefix) in zip(JournalTopics.types, JournalTopics.prefixes) where topic.hasPrefix(prefix) { return type }
-        return topic
+        JournalTopics.typeIndex(of: topic).map { JournalTopics.types[$0] } ?? topic
     }
 
     /// The device the topic ends with: `car` in `fix.car`.
     public var device: String? {
-        for prefix in JournalTopics.prefixes where topic.hasPrefix(prefix) { return String(topic.dropFirst(prefix.count)) }
-        return nil
+        guard let index = JournalTopics.typeIndex(of: topic) else { return nil }
+        // By bytes: topics are ASCII, and `dropFirst` on a `String` counts characters.
+        return String(decoding: topic.utf8.dropFirst(JournalTopics.prefixes[index].utf8.count), as: UTF8.self)
     }
 }
 
@@ -78,6 +78,12 @@ extension JournalMessage {
 public enum JournalTopics {
     public static let types = ["fix", "motion", "client.transition", "taxi.checkin", "import.finished", "session.started", "session.stopped", "visit"]
     public static let prefixes = types.map { $0 + "." }
+
+    /// Which of `types` a topic is of, compared by bytes (every journal record asks, in every
+    /// consumer).
+    static func typeIndex(of topic: String) -> Int? {
+        prefixes.firstIndex { topic.utf8.starts(with: $0.utf8) }
+    }
 }
 
 /// An event a core derived, ready for the bus. Its id is computed from its inputs, so that a
