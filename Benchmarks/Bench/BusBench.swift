@@ -8,6 +8,7 @@ import Synchronization
 /// `drivebus-bench bus`: one PUB bound to an ipc socket, one SUB connected to it, ~200-byte
 /// messages, measured three ways in the same run so the ratios compare like with like:
 /// - `raw`: libzmq's C API directly (zmq_send, zmq_msg_recv);
+/// - `raw_envelope_frames`: the same with three frames of a `Fix` envelope's sizes;
 /// - `wrapper`: the same through `ZMQSocket`;
 /// - `envelope`: full `Fix` envelopes the way services move them: `Publisher` encodes and sends
 ///   on its PUB itself, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
@@ -33,22 +34,41 @@ struct BusBench: AsyncParsableCommand {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let payload = [UInt8](repeating: UInt8(ascii: "x"), count: 200)
 
-        var raw = 0.0, wrapper = 0.0, envelope = 0.0, paged = 0.0
+        let envelopeFrames = Self.fixEnvelopeFrames()
+        var raw = 0.0, rawEnvelopeFrames = 0.0, wrapper = 0.0, envelope = 0.0, paged = 0.0
         for run in 0..<runs {
-            raw = max(raw, rawCase(endpoint: "ipc://\(directory)/raw\(run)", payload: payload))
+            raw = max(raw, rawCase(endpoint: "ipc://\(directory)/raw\(run)", frames: [payload]))
+            rawEnvelopeFrames = max(rawEnvelopeFrames, rawCase(endpoint: "ipc://\(directory)/raw3-\(run)", frames: envelopeFrames))
             wrapper = max(wrapper, try wrapperCase(endpoint: "ipc://\(directory)/wrapper\(run)", payload: payload))
             envelope = max(envelope, try await envelopeCase(endpoint: "ipc://\(directory)/envelope\(run)"))
             paged = max(paged, try await journalPagesCase(endpoint: "ipc://\(directory)/pages\(run)"))
         }
         report(["name": "raw", "msgs_per_s": Int(raw), "bytes": payload.count, "messages": messages])
+        report(["name": "raw_envelope_frames", "msgs_per_s": Int(rawEnvelopeFrames), "frame_bytes": envelopeFrames.map(\.count), "messages": messages,
+                "ratio_to_raw": (rawEnvelopeFrames / raw * 100).rounded() / 100])
         report(["name": "wrapper", "msgs_per_s": Int(wrapper), "bytes": payload.count, "messages": messages, "ratio_to_raw": (wrapper / raw * 100).rounded() / 100])
-        report(["name": "envelope", "msgs_per_s": Int(envelope), "messages": envelopes, "ratio_to_raw": (envelope / raw * 100).rounded() / 100])
+        report(["name": "envelope", "msgs_per_s": Int(envelope), "messages": envelopes, "ratio_to_raw": (envelope / raw * 100).rounded() / 100,
+                "ratio_to_raw_envelope_frames": (envelope / rawEnvelopeFrames * 100).rounded() / 100])
         report(["name": "journal_pages", "fixes_per_s": Int(paged), "fixes": envelopes, "ratio_to_raw": (paged / raw * 100).rounded() / 100])
     }
 
     // MARK: raw libzmq
 
-    private func rawCase(endpoint: String, payload: [UInt8]) -> Double {
+    /// The three frames of a `Fix` envelope as a publisher sends them, for their sizes.
+    private static func fixEnvelopeFrames() -> [[UInt8]] {
+        let fix = Fix(
+            seq: 100_000, device: "car", time: Date(timeIntervalSince1970: 1_763_800_000), lat: 48.208_2, lon: 16.373_8,
+            accuracyM: 5, altitudeM: 180.5, speedMps: 13.4, courseDeg: 271, battery: 0.82, source: .overland)
+        let header = EnvelopeHeader(
+            id: EventID.make(run: 0x1234_5678_9abc_def0, seq: 100_000), type: "fix", source: "ingest", seq: 100_000,
+            epoch: UUID().uuidString.lowercased(), time: fix.time)
+        return BusMessage(topic: Topic.make("fix", device: fix.device), header: header, payload: BusJSON.encode(fix)).frames
+    }
+
+    /// `frames` make one message: one frame for `raw`; for `raw_envelope_frames`, three of the
+    /// sizes of a `Fix` envelope's, which is what the bus's format (`[topic, header, payload]`)
+    /// costs libzmq before any encoding.
+    private func rawCase(endpoint: String, frames: [[UInt8]]) -> Double {
         let context = zmq_ctx_new()!
         defer { zmq_ctx_term(context) }
         // Handed between threads only across the joins in `measure`, which are full barriers.
@@ -64,20 +84,25 @@ struct BusBench: AsyncParsableCommand {
         zmq_bind(pub, endpoint)
         zmq_connect(sub, endpoint)
         let count = messages
+        let messageBytes = frames.reduce(0) { $0 + $1.count }
+        @Sendable func sendMessage(flags: Int32) {
+            for (index, frame) in frames.enumerated() {
+                let more = index < frames.count - 1 ? ZMQ_SNDMORE : 0
+                frame.withUnsafeBytes { _ = zmq_send(pub, $0.baseAddress, $0.count, flags | more) }
+            }
+        }
         return measure(
-            join: {
-                payload.withUnsafeBytes { _ = zmq_send(pub, $0.baseAddress, $0.count, ZMQ_DONTWAIT) }
-            },
+            join: { sendMessage(flags: ZMQ_DONTWAIT) },
             joined: {
                 var message = zmq_msg_t()
                 zmq_msg_init(&message)
                 defer { zmq_msg_close(&message) }
-                return zmq_msg_recv(&message, sub, ZMQ_DONTWAIT) >= 0
+                guard zmq_msg_recv(&message, sub, ZMQ_DONTWAIT) >= 0 else { return false }
+                while zmq_msg_more(&message) != 0 { zmq_msg_recv(&message, sub, 0) }
+                return true
             },
             send: {
-                payload.withUnsafeBytes { bytes in
-                    for _ in 0..<count { zmq_send(pub, bytes.baseAddress, bytes.count, 0) }
-                }
+                for _ in 0..<count { sendMessage(flags: 0) }
             },
             receive: {
                 var message = zmq_msg_t()
@@ -85,10 +110,12 @@ struct BusBench: AsyncParsableCommand {
                 defer { zmq_msg_close(&message) }
                 var bytes = 0
                 for _ in 0..<count {
-                    zmq_msg_recv(&message, sub, 0)
-                    bytes &+= zmq_msg_size(&message)
+                    repeat {
+                        zmq_msg_recv(&message, sub, 0)
+                        bytes &+= zmq_msg_size(&message)
+                    } while zmq_msg_more(&message) != 0
                 }
-                precondition(bytes == count * payload.count)
+                precondition(bytes == count * messageBytes)
             },
             cleanup: {
                 zmq_close(pub)

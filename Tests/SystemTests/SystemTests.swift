@@ -152,15 +152,18 @@ import Testing
         #expect(allGone, "still alive: \(pids.filter(isAlive))")
     }
 
-    @Test func busBenchmarkPrintsItsFourRows() async throws {
+    @Test func busBenchmarkPrintsItsFiveRows() async throws {
         let result = try await run("drivebus-bench", ["bus", "--messages", "20000", "--envelopes", "5000", "--runs", "1"])
         #expect(result.status == 0, "\(result.stderr)")
         let rows = try result.stdout.split(separator: "\n").map {
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any]
         }
-        #expect(rows.map { $0["name"] as? String } == ["raw", "wrapper", "envelope", "journal_pages"])
+        #expect(rows.map { $0["name"] as? String } == ["raw", "raw_envelope_frames", "wrapper", "envelope", "journal_pages"])
         #expect(rows.allSatisfy { ($0["msgs_per_s"] as? Int ?? $0["fixes_per_s"] as? Int ?? 0) > 0 })
         #expect(rows.dropFirst().allSatisfy { $0["ratio_to_raw"] is Double })
+        // The frames are a real `Fix` envelope's: a topic, a header and a payload.
+        #expect(rows[1]["frame_bytes"] as? [Int] == [7, 176, 194])
+        #expect(rows[3]["ratio_to_raw_envelope_frames"] is Double)
     }
 
     /// The benchmark's JSON lines, by their `name`.
