@@ -201,12 +201,20 @@ public struct JSONReader {
     private let bytes: [UInt8]
     private var index = 0
     /// The key whose value is being read; a `String` is made from it only for an error message.
-    private var currentField: JSONKey?
+    /// Where the key whose value is being read starts: a plain offset, so that keeping it costs
+    /// nothing per field; its text is read again only for an error message.
+    private var currentFieldAt: Int?
 
     public init(_ bytes: [UInt8]) { self.bytes = bytes }
 
     /// The field being read, for error messages.
-    public var currentKey: String? { currentField?.description }
+    public var currentKey: String? {
+        guard let at = currentFieldAt else { return nil }
+        var key = self
+        key.index = at
+        key.currentFieldAt = nil
+        return try? key.readString()
+    }
 
     public func failure(_ reason: String) -> Failure { Failure(field: currentKey, reason: reason) }
 
@@ -218,12 +226,13 @@ public struct JSONReader {
         if peek() == UInt8(ascii: "}") { index += 1; return }
         while true {
             skipSpace()
+            let keyAt = index
             let key = try readKey()
             try expect(UInt8(ascii: ":"))
-            let outer = currentField
-            currentField = key
+            let outer = currentFieldAt
+            currentFieldAt = keyAt
             try field(&self, key)
-            currentField = outer
+            currentFieldAt = outer
             skipSpace()
             guard index < bytes.count else { throw failure("unterminated object") }
             let next = bytes[index]
