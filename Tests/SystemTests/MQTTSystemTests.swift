@@ -98,7 +98,13 @@ import Testing
             ("owntracks/jan/phone", Self.location(1_700_000_040, lat: 48.22)),
         ]
         for (topic, payload) in messages { phone.client.publish(MQTTMessage(topic: topic, text: payload, qos: 1)) }
-        let settled = await eventually(within: .seconds(30)) { (try? await harness.mqttStatus())?["mqtt.received"] == UInt64(messages.count) }
+        // Every message has its outcome: `received` is counted as a group arrives, the rest once
+        // ingest has answered for it.
+        let settled = await eventually(within: .seconds(30)) {
+            guard let counters = try? await harness.mqttStatus() else { return false }
+            let outcomes = ["mqtt.accepted", "mqtt.duplicates", "mqtt.ignored", "mqtt.refused"].reduce(0) { $0 + (counters[$1] ?? 0) }
+            return counters["mqtt.received"] == UInt64(messages.count) && outcomes == UInt64(messages.count)
+        }
         let counters = try await harness.mqttStatus()
         #expect(settled, "\(counters)")
         #expect(counters["mqtt.accepted"] == 3)
