@@ -158,7 +158,7 @@ import Testing
         let rows = try result.stdout.split(separator: "\n").map {
             try JSONSerialization.jsonObject(with: Data($0.utf8)) as! [String: Any]
         }
-        #expect(rows.map { $0["name"] as? String } == ["raw", "raw_envelope_frames", "wrapper", "envelope", "journal_pages"])
+        try #require(rows.map { $0["name"] as? String } == ["raw", "raw_envelope_frames", "wrapper", "envelope", "journal_pages"])
         #expect(rows.allSatisfy { ($0["msgs_per_s"] as? Int ?? $0["fixes_per_s"] as? Int ?? 0) > 0 })
         #expect(rows.dropFirst().allSatisfy { $0["ratio_to_raw"] is Double })
         // The frames are a real `Fix` envelope's: a topic, a header and a payload.
