@@ -200,7 +200,6 @@ public struct JSONReader {
 
     private let bytes: [UInt8]
     private var index = 0
-    /// The key whose value is being read; a `String` is made from it only for an error message.
     /// Where the key whose value is being read starts: a plain offset, so that keeping it costs
     /// nothing per field; its text is read again only for an error message.
     private var currentFieldAt: Int?
