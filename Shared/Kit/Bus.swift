@@ -170,9 +170,10 @@ public final class Publisher: Sendable {
     public var lastSeq: UInt64 { state.withLock { $0.seq } }
 
     /// Publishes `payload` as `type[.device]`. `id` should be derived from the event's inputs
-    /// for derived events, so that re-processing yields the same id.
+    /// for derived events, so that re-processing yields the same id. `time` is now unless given.
+    /// Returns the message's `seq`, which it takes even when no subscriber wants it.
     @discardableResult
-    public func publish(_ type: String, device: String? = nil, payload: some Encodable, id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+    public func publish(_ type: String, device: String? = nil, payload: some Encodable, id: String? = nil, time: Date? = nil) throws -> UInt64 {
         let bytes: [UInt8]
         do {
             bytes = try BusJSON.encode(payload)
@@ -184,14 +185,17 @@ public final class Publisher: Sendable {
 
     /// The hand-written types (fixes, motion) encode without a dynamic cast.
     @discardableResult
-    public func publish(_ type: String, device: String? = nil, payload: some Encodable & FastJSONEncodable, id: String? = nil, time: Date = Date()) throws -> EnvelopeHeader {
+    public func publish(_ type: String, device: String? = nil, payload: some Encodable & FastJSONEncodable, id: String? = nil, time: Date? = nil) throws -> UInt64 {
         try publish(type, device: device, payloadJSON: BusJSON.encode(payload), id: id, time: time)
     }
 
+    /// The header (its id, its time) is made only for a message that a subscriber wants: ingest
+    /// publishes every record on its own topic too, which only tools such as `drivebus tail`
+    /// follow.
     @discardableResult
     public func publish(
-        _ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date = Date(), logSeq: UInt64? = nil
-    ) throws -> EnvelopeHeader {
+        _ type: String, device: String? = nil, payloadJSON: [UInt8], id: String? = nil, time: Date? = nil, logSeq: UInt64? = nil
+    ) throws -> UInt64 {
         if let id, !id.utf8.allSatisfy({ (0x21...0x7E).contains($0) && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
             throw PublishError.encoding("event id must be printable ASCII without quotes")
         }
@@ -207,21 +211,22 @@ public final class Publisher: Sendable {
                 state.topic = (type, device, topic)
             }
             state.seq += 1
-            let header = EnvelopeHeader(
-                id: id ?? EventID.make(run: run, seq: state.seq), type: type, source: source, seq: state.seq, epoch: epoch, time: time,
-                logSeq: logSeq)
+            let seq = state.seq
             // A PUB never blocks and never refuses a frame: at its high-water mark it drops the
             // message, as the bus does under load (subscribers see the gap in seq and replay).
             // A message no subscription covers is not made at all (its seq is used all the same,
             // as a PUB's filter would drop it).
             socket.withSocket(sendingOn: topic) { socket in
+                let header = EnvelopeHeader(
+                    id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time ?? Date(),
+                    logSeq: logSeq)
                 state.header.removeAll(keepingCapacity: true)
                 header.write(to: &state.header)
                 _ = try? socket.send(frame: topic, more: true)
                 _ = try? socket.send(frame: state.header, more: true)
                 _ = try? socket.send(frame: payloadJSON, more: false)
             }
-            return header
+            return seq
         }
     }
 }
