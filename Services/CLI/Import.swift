@@ -30,11 +30,7 @@ struct Import: AsyncParsableCommand {
         let config = try loadConfig(options)
         try createDeviceIfMissing(config)
         let unpacked = try TakeoutArchives(files)
-        let interrupts = unpacked.removeOnInterrupt()
-        defer {
-            interrupts.forEach { $0.cancel() }
-            unpacked.remove()
-        }
+        defer { unpacked.remove() }
         let bus = BusClient(settings: config.process, name: "import")
         let failed: Bool
         do {

@@ -20,6 +20,8 @@ struct TakeoutArchives {
     /// An archive could not be opened or read.
     private(set) var failed = false
     private var folder: URL?
+    /// Remove the folder on SIGINT or SIGTERM (`removeOnInterrupt`); cancelled by `remove`.
+    private var interrupts: [any DispatchSourceSignal] = []
 
     static let kept: Set<TrackFormat> = [.locationHistory, .ownTracksRecorder, .gpx]
 
@@ -31,8 +33,13 @@ struct TakeoutArchives {
             }
             do {
                 let archive = try Archive(url: URL(fileURLWithPath: file), accessMode: .read)
-                let folder = try self.folder ?? Self.makeFolder()
-                self.folder = folder
+                let folder: URL
+                if let made = self.folder {
+                    folder = made
+                } else {
+                    (folder, interrupts) = try Self.makeFolder()
+                    self.folder = folder
+                }
                 var found = 0
                 for (index, entry) in archive.enumerated() where entry.type == .file {
                     let lower = entry.path.lowercased()
@@ -56,16 +63,16 @@ struct TakeoutArchives {
 
     /// The extracted entries go away with the import.
     func remove() {
+        interrupts.forEach { $0.cancel() }
         if let folder { try? FileManager.default.removeItem(at: folder) }
     }
 
     /// Ctrl-C or SIGTERM in the middle of an import: the extracted history goes too, then the
     /// process ends as the signal would have ended it (a `defer` does not run then, and the
-    /// history would stay in the temporary folder, in RAM where that is a tmpfs). Keep the
-    /// sources for as long as the import runs.
-    func removeOnInterrupt() -> [any DispatchSourceSignal] {
-        guard let folder else { return [] }
-        return [SIGINT, SIGTERM].map { number in
+    /// history would stay in the temporary folder, in RAM where that is a tmpfs). Installed
+    /// before the folder is made, so that no moment of the extraction is left out.
+    private static func removeOnInterrupt(_ folder: URL) -> [any DispatchSourceSignal] {
+        [SIGINT, SIGTERM].map { number in
             // On Linux, Dispatch installs its own handler for the signal (no SIG_IGN, which would
             // discard it before Dispatch sees it).
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
@@ -87,9 +94,10 @@ struct TakeoutArchives {
     }
 
     /// A folder only this user can read: extracted history is as private as the archive.
-    static func makeFolder() throws -> URL {
+    static func makeFolder() throws -> (URL, interrupts: [any DispatchSourceSignal]) {
         let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("drivebus-import-\(UUID().uuidString)")
+        let interrupts = removeOnInterrupt(folder)
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        return folder
+        return (folder, interrupts)
     }
 }
