@@ -22,10 +22,14 @@ struct TakeoutArchives {
     private var folder: URL?
     /// Remove the folder on SIGINT or SIGTERM (`removeOnInterrupt`); cancelled by `remove`.
     private var interrupts: [any DispatchSourceSignal] = []
+    /// Held while an entry is extracted, and by an interrupt until the process ends: the folder
+    /// goes only while nothing writes into it (extracting makes it again if it is gone).
+    private let extracting = NSLock()
 
     static let kept: Set<TrackFormat> = [.locationHistory, .ownTracksRecorder, .gpx]
 
     init(_ files: [String]) throws {
+        let planned = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("drivebus-import-\(UUID().uuidString)")
         for file in files {
             guard Self.isZip(file) else {
                 inputs.append(Input(path: file, name: file))
@@ -33,18 +37,21 @@ struct TakeoutArchives {
             }
             do {
                 let archive = try Archive(url: URL(fileURLWithPath: file), accessMode: .read)
-                let folder: URL
-                if let made = self.folder {
-                    folder = made
-                } else {
-                    (folder, interrupts) = try Self.makeFolder()
-                    self.folder = folder
+                // The handlers come before the folder, so that no moment of the extraction is
+                // left out; made once, as Dispatch's handler stays installed for good.
+                if interrupts.isEmpty { interrupts = Self.removeOnInterrupt(planned, extracting: extracting) }
+                if folder == nil {
+                    // Only this user can read it: extracted history is as private as the archive.
+                    try FileManager.default.createDirectory(at: planned, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                    folder = planned
                 }
                 var found = 0
                 for (index, entry) in archive.enumerated() where entry.type == .file {
                     let lower = entry.path.lowercased()
                     guard lower.hasSuffix(".json") || lower.hasSuffix(".rec") || lower.hasSuffix(".gpx") else { continue }
-                    let target = folder.appendingPathComponent("\(inputs.count)-\(index)")
+                    let target = planned.appendingPathComponent("\(inputs.count)-\(index)")
+                    extracting.lock()
+                    defer { extracting.unlock() }
                     _ = try archive.extract(entry, to: target)
                     guard let format = try? TrackFiles.format(ofFile: target.path), Self.kept.contains(format) else {
                         try? FileManager.default.removeItem(at: target)
@@ -61,22 +68,24 @@ struct TakeoutArchives {
         }
     }
 
-    /// The extracted entries go away with the import.
+    /// The extracted entries go away with the import. An interrupt meanwhile removes them too,
+    /// and ends the process as the signal would.
     func remove() {
-        interrupts.forEach { $0.cancel() }
         if let folder { try? FileManager.default.removeItem(at: folder) }
+        interrupts.forEach { $0.cancel() }
     }
 
     /// Ctrl-C or SIGTERM in the middle of an import: the extracted history goes too, then the
     /// process ends as the signal would have ended it (a `defer` does not run then, and the
-    /// history would stay in the temporary folder, in RAM where that is a tmpfs). Installed
-    /// before the folder is made, so that no moment of the extraction is left out.
-    private static func removeOnInterrupt(_ folder: URL) -> [any DispatchSourceSignal] {
+    /// history would stay in the temporary folder, in RAM where that is a tmpfs). An entry
+    /// being extracted is finished first (`extracting`).
+    private static func removeOnInterrupt(_ folder: URL, extracting: NSLock) -> [any DispatchSourceSignal] {
         [SIGINT, SIGTERM].map { number in
             // On Linux, Dispatch installs its own handler for the signal (no SIG_IGN, which would
             // discard it before Dispatch sees it).
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
             source.setEventHandler {
+                extracting.lock()  // never given back: the signal below ends the process
                 try? FileManager.default.removeItem(at: folder)
                 signal(number, SIG_DFL)
                 // To the process, not this thread: Dispatch's threads block the signal.
@@ -93,11 +102,4 @@ struct TakeoutArchives {
         return (try? handle.read(upToCount: 4)) == Data([0x50, 0x4B, 0x03, 0x04])
     }
 
-    /// A folder only this user can read: extracted history is as private as the archive.
-    static func makeFolder() throws -> (URL, interrupts: [any DispatchSourceSignal]) {
-        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("drivebus-import-\(UUID().uuidString)")
-        let interrupts = removeOnInterrupt(folder)
-        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        return (folder, interrupts)
-    }
 }
