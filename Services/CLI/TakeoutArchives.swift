@@ -88,12 +88,19 @@ struct TakeoutArchives {
                 extracting.lock()  // never given back: the signal below ends the process
                 try? FileManager.default.removeItem(at: folder)
                 signal(number, SIG_DFL)
-                // To the process, not this thread: Dispatch's threads block the signal.
-                kill(getpid(), number)
+                // To this thread, unblocked here (Dispatch's threads block it): sent to the process,
+                // it could find every thread blocking it for a moment and wait in the queue that
+                // Dispatch's signalfd reads, running this handler again instead of ending.
+                var only = sigset_t()
+                sigemptyset(&only)
+                sigaddset(&only, number)
+                pthread_sigmask(SIG_UNBLOCK, &only, nil)
+                pthread_kill(pthread_self(), number)
             }
             source.resume()
             return source
         }
+        .withHandlersInstalled()
     }
 
     static func isZip(_ path: String) -> Bool {
@@ -101,5 +108,21 @@ struct TakeoutArchives {
         defer { try? handle.close() }
         return (try? handle.read(upToCount: 4)) == Data([0x50, 0x4B, 0x03, 0x04])
     }
+}
 
+extension Array where Element == any DispatchSourceSignal {
+    /// Waits until Dispatch's handler is installed for every signal. `resume` only asks Dispatch's
+    /// manager thread to install it, so a signal sent at once (the folder is already there to see)
+    /// would still end the process with the default action, leaving the history behind. Patience
+    /// is bounded: a platform that never installs one is not waited for past two seconds.
+    fileprivate func withHandlersInstalled() -> Self {
+        let deadline = DispatchTime.now() + .seconds(2)
+        func installed(_ number: Int32) -> Bool {
+            var action = sigaction()
+            sigaction(number, nil, &action)
+            return action.__sigaction_handler.sa_handler != nil  // SIG_DFL is the null pointer
+        }
+        while ![SIGINT, SIGTERM].allSatisfy(installed), DispatchTime.now() < deadline { usleep(100) }
+        return self
+    }
 }

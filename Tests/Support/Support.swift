@@ -118,12 +118,12 @@ public func isAlive(_ pid: Int32) -> Bool {
     return state != "Z" && state != "X"
 }
 
-/// Polls `condition` until it holds or `timeout` passes.
-public func eventually(within timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
+/// Polls `condition`, `every` so often, until it holds or `timeout` passes.
+public func eventually(within timeout: Duration = .seconds(10), every interval: Duration = .milliseconds(50), _ condition: () async throws -> Bool) async rethrows -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if try await condition() { return true }
-        try? await Task.sleep(for: .milliseconds(50))
+        try? await Task.sleep(for: interval)
     }
     return try await condition()
 }
