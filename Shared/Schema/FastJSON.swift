@@ -31,15 +31,41 @@ public struct JSONWriter {
 
     /// `key` must need no escaping: every key of ours is plain snake_case ASCII.
     public mutating func key(_ key: StaticString) {
-        separate()
-        bytes.append(UInt8(ascii: "\""))
-        bytes.append(contentsOf: UnsafeBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount))
-        bytes.append(UInt8(ascii: "\""))
-        bytes.append(UInt8(ascii: ":"))
-        needsComma = false
+        let comma = takeComma()
+        let text = UnsafeRawBufferPointer(start: key.utf8Start, count: key.utf8CodeUnitCount)
+        bytes.append(addingCapacity: text.count + 4) { out in
+            if comma { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            out.append(copying: text)
+            out.append(UInt8(ascii: "\""))
+            out.append(UInt8(ascii: ":"))
+        }
     }
 
     public mutating func string(_ value: String) {
+        var value = value
+        let plain = value.withUTF8 { utf8 in
+            guard utf8.allSatisfy(Self.needsNoEscape) else { return false }
+            // The usual string, copied whole.
+            let comma = takeComma()
+            bytes.append(addingCapacity: utf8.count + 3) { out in
+                if comma { out.append(UInt8(ascii: ",")) }
+                out.append(UInt8(ascii: "\""))
+                out.append(copying: UnsafeRawBufferPointer(utf8))
+                out.append(UInt8(ascii: "\""))
+            }
+            return true
+        }
+        if !plain { escaped(value) }
+        needsComma = true
+    }
+
+    @inline(__always)
+    private static func needsNoEscape(_ byte: UInt8) -> Bool {
+        byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\")
+    }
+
+    private mutating func escaped(_ value: String) {
         separate()
         bytes.append(UInt8(ascii: "\""))
         for byte in value.utf8 {
@@ -56,32 +82,46 @@ public struct JSONWriter {
             }
         }
         bytes.append(UInt8(ascii: "\""))
-        needsComma = true
     }
 
     /// Non-finite numbers have no JSON spelling; callers validate before writing.
     public mutating func number(_ value: Double) {
         precondition(value.isFinite, "JSON has no spelling for \(value)")
-        separate()
+        let comma = takeComma()
         if value == value.rounded(), abs(value) < 1e15 {
-            bytes.appendDecimal(Int64(value))
-        } else if !bytes.appendFewDecimals(value) {
+            bytes.append(addingCapacity: 22) { out in
+                if comma { out.append(UInt8(ascii: ",")) }
+                out.appendDecimal(Int64(value))
+            }
+        } else if let few = FewDecimals(value) {
+            bytes.append(addingCapacity: 22) { out in
+                if comma { out.append(UInt8(ascii: ",")) }
+                few.write(to: &out)
+            }
+        } else {
+            if comma { bytes.append(UInt8(ascii: ",")) }
             bytes.append(contentsOf: value.description.utf8)
         }
         needsComma = true
     }
 
     public mutating func number(_ value: UInt64) {
-        separate()
-        bytes.appendDecimal(value)
+        let comma = takeComma()
+        bytes.append(addingCapacity: 21) { out in
+            if comma { out.append(UInt8(ascii: ",")) }
+            out.appendDecimal(value)
+        }
         needsComma = true
     }
 
     public mutating func date(_ value: Date) {
-        separate()
-        bytes.append(UInt8(ascii: "\""))
-        RFC3339.write(value, to: &bytes)
-        bytes.append(UInt8(ascii: "\""))
+        let comma = takeComma()
+        bytes.append(addingCapacity: RFC3339.length + 3) { out in
+            if comma { out.append(UInt8(ascii: ",")) }
+            out.append(UInt8(ascii: "\""))
+            RFC3339.write(value, to: &out)
+            out.append(UInt8(ascii: "\""))
+        }
         needsComma = true
     }
 
@@ -121,6 +161,15 @@ public struct JSONWriter {
     private mutating func separate() {
         if needsComma { bytes.append(UInt8(ascii: ",")) }
         needsComma = false
+    }
+
+    /// Whether a comma goes before the next value, read before `bytes` is opened for writing
+    /// (a value is written in one growth of it: one check of capacity and uniqueness for the
+    /// value, where appending byte by byte made one per byte, a fifth of encoding a fix).
+    @inline(__always)
+    private mutating func takeComma() -> Bool {
+        defer { needsComma = false }
+        return needsComma
     }
 }
 
@@ -465,8 +514,9 @@ public struct JSONReader {
         let negative = peek() == UInt8(ascii: "-")
         if negative { index += 1 }
         let magnitude = try readUInt64()
-        guard magnitude <= UInt64(Int.max) else { throw failure("integer out of range") }
-        return negative ? -Int(magnitude) : Int(magnitude)
+        // Int.min's magnitude is one more than Int.max's.
+        guard magnitude <= Int.max.magnitude + (negative ? 1 : 0) else { throw failure("integer out of range") }
+        return negative ? Int(truncatingIfNeeded: 0 &- magnitude) : Int(magnitude)
     }
 
     public mutating func readDate() throws(Failure) -> Date {
@@ -695,44 +745,73 @@ extension JSONValue {
     }
 }
 
-extension [UInt8] {
-    /// Appends `value` with the fewest decimals (up to 9) that read back as exactly `value`, the
-    /// digits `description` writes, without making a String: coordinates and readings are most
-    /// of the numbers on the bus. Returns false, appending nothing, for a value outside
-    /// 0.001 ..< 1e9 or one that needs more decimals.
-    ///
-    /// For each count of decimals `d`, `m = round(|value| × 10^d)` is tried: below 2^53 both `m`
-    /// and `10^d` are exact, so `m / 10^d` is correctly rounded, the double any exact reader
-    /// makes of the decimal. If that is `value`, the decimal reads back as it.
-    public mutating func appendFewDecimals(_ value: Double) -> Bool {
+/// A number written with the fewest decimals (up to 9) that read back as exactly it, the digits
+/// `description` writes, without making a String: coordinates and readings are most of the
+/// numbers on the bus. None for a value outside 0.001 ..< 1e9 or one that needs more decimals.
+///
+/// For each count of decimals `d`, `m = round(|value| × 10^d)` is tried: below 2^53 both `m` and
+/// `10^d` are exact, so `m / 10^d` is correctly rounded, the double any exact reader makes of the
+/// decimal. If that is `value`, the decimal reads back as it.
+struct FewDecimals {
+    private let negative: Bool
+    private let digits: UInt64
+    private let decimals: Int
+    private let power: UInt64
+
+    init?(_ value: Double) {
         let magnitude = value.magnitude
-        guard magnitude >= 0.001, magnitude < 1e9 else { return false }
+        guard magnitude >= 0.001, magnitude < 1e9 else { return nil }
         var scale = 10.0
         var power: UInt64 = 10
         for decimals in 1...9 {
             let scaled = (magnitude * scale).rounded()
             if scaled < 9_007_199_254_740_992, scaled / scale == magnitude {
-                let digits = UInt64(scaled)
-                if value < 0 { append(UInt8(ascii: "-")) }
-                appendDecimal(digits / power)
-                append(UInt8(ascii: "."))
-                var fraction = digits % power
-                var place = power / 10
-                for _ in 0..<decimals {
-                    append(UInt8(ascii: "0") + UInt8(fraction / place))
-                    fraction %= place
-                    place /= 10
-                }
-                return true
+                (self.negative, self.digits, self.decimals, self.power) = (value < 0, UInt64(scaled), decimals, power)
+                return
             }
             scale *= 10
             power *= 10
         }
-        return false
+        return nil
+    }
+
+    /// At most 20 bytes: a sign, nine digits, the point and nine decimals.
+    func write(to out: inout OutputSpan<UInt8>) {
+        if negative { out.append(UInt8(ascii: "-")) }
+        out.appendDecimal(digits / power)
+        out.append(UInt8(ascii: "."))
+        var fraction = digits % power
+        var place = power / 10
+        for _ in 0..<decimals {
+            out.append(UInt8(ascii: "0") + UInt8(fraction / place))
+            fraction %= place
+            place /= 10
+        }
+    }
+}
+
+extension [UInt8] {
+    /// Appends `value` with the fewest decimals that read back as exactly it (`FewDecimals`).
+    /// Returns false, appending nothing, for a value that has no such spelling.
+    public mutating func appendFewDecimals(_ value: Double) -> Bool {
+        guard let few = FewDecimals(value) else { return false }
+        append(addingCapacity: 20) { few.write(to: &$0) }
+        return true
     }
 
     /// Appends `value` in decimal without making a String: integers are in every header and fix.
     public mutating func appendDecimal(_ value: UInt64) {
+        append(addingCapacity: 20) { $0.appendDecimal(value) }
+    }
+
+    public mutating func appendDecimal(_ value: Int64) {
+        append(addingCapacity: 21) { $0.appendDecimal(value) }
+    }
+}
+
+extension OutputSpan<UInt8> {
+    /// At most 20 bytes.
+    mutating func appendDecimal(_ value: UInt64) {
         var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, room for the 20 digits
         Swift.withUnsafeMutableBytes(of: &digits) { raw in
             var rest = value, index = raw.count
@@ -741,12 +820,24 @@ extension [UInt8] {
                 raw[index] = UInt8(ascii: "0") + UInt8(rest % 10)
                 rest /= 10
             } while rest > 0
-            append(contentsOf: raw[index...])
+            append(copying: UnsafeRawBufferPointer(rebasing: raw[index...]))
         }
     }
 
-    public mutating func appendDecimal(_ value: Int64) {
+    /// At most 21 bytes.
+    mutating func appendDecimal(_ value: Int64) {
         if value < 0 { append(UInt8(ascii: "-")) }
         appendDecimal(value.magnitude)
+    }
+
+    /// Copies `bytes` in; the caller made room for them.
+    @inline(__always)
+    mutating func append(copying bytes: UnsafeRawBufferPointer) {
+        guard let source = bytes.baseAddress else { return }
+        withUnsafeMutableBufferPointer { buffer, initialized in
+            precondition(buffer.count - initialized >= bytes.count, "no room made for \(bytes.count) bytes")
+            UnsafeMutableRawPointer(buffer.baseAddress! + initialized).copyMemory(from: source, byteCount: bytes.count)
+            initialized += bytes.count
+        }
     }
 }

@@ -19,30 +19,37 @@ public enum RFC3339 {
 
     /// Appends the 24 bytes of `format(date)` to `out`, without allocating.
     public static func write(_ date: Date, to out: inout [UInt8]) {
+        out.append(addingCapacity: length) { write(date, to: &$0) }
+    }
+
+    /// The length of every time it writes.
+    static let length = 24
+
+    /// Writes the 24 bytes of `format(date)` into room the caller made.
+    static func write(_ date: Date, to out: inout OutputSpan<UInt8>) {
         let milliseconds = (date.timeIntervalSince1970 * 1000).rounded()
         let totalMs = Int64(milliseconds.isNaN ? 0 : min(max(milliseconds, representableMs.lowerBound), representableMs.upperBound))
         let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = msOfDay / 1000
-        // Filled in place: this runs for every message's header and every fix's time.
-        let start = out.count
-        out.append(contentsOf: "0000-00-00T00:00:00.000Z".utf8)
-        out.withUnsafeMutableBufferPointer { buffer in
-            func put(_ value: Int64, at offset: Int, width: Int) {
-                var rest = value
-                for position in stride(from: start + offset + width - 1, through: start + offset, by: -1) {
-                    buffer[position] = UInt8(ascii: "0") + UInt8(rest % 10)
-                    rest /= 10
-                }
-            }
-            put(year, at: 0, width: 4)
-            put(month, at: 5, width: 2)
-            put(day, at: 8, width: 2)
-            put(seconds / 3600, at: 11, width: 2)
-            put(seconds / 60 % 60, at: 14, width: 2)
-            put(seconds % 60, at: 17, width: 2)
-            put(msOfDay % 1000, at: 20, width: 3)
+        // Each digit by a constant divisor, which the compiler turns into a multiplication.
+        func digit(_ value: Int64) { out.append(UInt8(ascii: "0") + UInt8(value % 10)) }
+        func two(_ value: Int64, then separator: Unicode.Scalar) {
+            digit(value / 10)
+            digit(value)
+            out.append(UInt8(ascii: separator))
         }
+        digit(year / 1000)
+        digit(year / 100)
+        two(year, then: "-")
+        two(month, then: "-")
+        two(day, then: "T")
+        two(seconds / 3600, then: ":")
+        two(seconds / 60 % 60, then: ":")
+        two(seconds % 60, then: ".")
+        let millisecond = msOfDay % 1000
+        digit(millisecond / 100)
+        two(millisecond, then: "Z")
     }
 
     /// Parses an RFC 3339 date-time with any offset (`Z`, `+02:00`, `-0530`) and an optional

@@ -198,6 +198,15 @@ import Testing
         #expect((try? reader.readUInt64()) == expected)
     }
 
+    @Test(arguments: [
+        ("9223372036854775807", Int?.some(.max)), ("-9223372036854775808", .min), ("9223372036854775808", nil),
+        ("-9223372036854775809", nil), ("-0", 0), ("-7", -7),
+    ])
+    func signedIntegersReachBothEnds(_ text: String, _ expected: Int?) {
+        var reader = JSONReader(Array(text.utf8))
+        #expect((try? reader.readInt()) == expected)
+    }
+
     @Test func integersAreWrittenExactly() {
         var writer = JSONWriter()
         writer.beginArray()

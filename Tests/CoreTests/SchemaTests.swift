@@ -64,6 +64,23 @@ import Testing
             == #"{"v":1,"id":"abc","type":"trip.ended","source":"trips","seq":3,"epoch":"boot","time":"1970-01-01T00:00:00.000Z"}"#)
     }
 
+    /// The widest header (every number at its longest, a time at each end of what RFC 3339 can
+    /// spell) fits the room the writer makes for it and reads back as itself.
+    @Test func theWidestHeadersAreWrittenWhole() throws {
+        for time in [Date(timeIntervalSince1970: -62_167_219_200), Date(timeIntervalSince1970: 253_402_300_799.999)] {
+            var header = EnvelopeHeader(
+                id: String(repeating: "f", count: 36), type: "trip.ended", source: "trips", seq: .max, epoch: String(repeating: "e", count: 36),
+                time: time, logSeq: .max)
+            header.v = .min
+            var bytes: [UInt8] = [UInt8(ascii: "[")]  // after other bytes, as in a publisher's buffer
+            header.write(to: &bytes)
+            let written = String(decoding: bytes.dropFirst(), as: UTF8.self)
+            let year = time.timeIntervalSince1970 < 0 ? "0000-01-01T00:00:00.000Z" : "9999-12-31T23:59:59.999Z"
+            #expect(written == #"{"v":-9223372036854775808,"id":"ffffffffffffffffffffffffffffffffffff","type":"trip.ended","source":"trips","seq":18446744073709551615,"epoch":"eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee","time":"\#(year)","log_seq":18446744073709551615}"#)
+            #expect(try BusJSON.decode(EnvelopeHeader.self, from: Array(bytes.dropFirst())) == header)
+        }
+    }
+
     @Test func consumersIgnoreUnknownFields() throws {
         let payload = #"{"device":"car","time":"2023-11-14T22:13:20.500Z","lat":1,"lon":2,"source":"api","future_field":[1,2]}"#
         let header = #"{"v":1,"id":"x","type":"fix","source":"ingest","seq":1,"epoch":"e","time":"2023-11-14T22:13:20.500Z","hint":"new"}"#
