@@ -217,11 +217,10 @@ public final class Publisher: Sendable {
             // A message no subscription covers is not made at all (its seq is used all the same,
             // as a PUB's filter would drop it).
             socket.withSocket(sendingOn: topic) { socket in
-                let header = EnvelopeHeader(
-                    id: id ?? EventID.make(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch, time: time ?? Date(),
-                    logSeq: logSeq)
                 state.header.removeAll(keepingCapacity: true)
-                header.write(to: &state.header)
+                EnvelopeHeader.write(
+                    id: id.map { .text($0) } ?? .numbered(run: run, seq: seq), type: type, source: source, seq: seq, epoch: epoch,
+                    time: time ?? Date(), logSeq: logSeq, to: &state.header)
                 _ = try? socket.send(frame: topic, more: true)
                 _ = try? socket.send(frame: state.header, more: true)
                 _ = try? socket.send(frame: payloadJSON, more: false)

@@ -49,12 +49,34 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         return out
     }
 
-    /// Appends the encoding to `out`: a publisher reuses one buffer for every header. Written in
-    /// one growth of `out` (this is on every message).
+    /// Appends the encoding to `out`.
     public func write(to out: inout [UInt8]) {
-        var (id, type, source, epoch) = (id, type, source, epoch)
+        Self.write(v: v, id: .text(id), type: type, source: source, seq: seq, epoch: epoch, time: time, logSeq: logSeq, to: &out)
+    }
+
+    /// An id as a header is written with it.
+    public enum WrittenID {
+        case text(String)
+        /// `EventID.make(run:seq:)`'s, written in place without making a `String` of it.
+        case numbered(run: UInt64, seq: UInt64)
+    }
+
+    /// The encoding of the header of these fields, appended to `out`, for a header that is written
+    /// and not kept: a publisher's, into one buffer it reuses for every header. Written in one
+    /// growth of `out` (this is on every message).
+    public static func write(
+        v: Int = version, id: WrittenID, type: String, source: String, seq: UInt64, epoch: String, time: Date, logSeq: UInt64?,
+        to out: inout [UInt8]
+    ) {
+        var (type, source, epoch) = (type, source, epoch)
+        var idText: String?
+        let idLength: Int
+        switch id {
+        case .text(let text): (idText, idLength) = (text, text.utf8.count)
+        case .numbered: (idText, idLength) = (nil, EventID.length)
+        }
         // 75 bytes of names and punctuation, at most 21 + 20 + 20 of numbers, 24 of time.
-        let room = 160 + id.utf8.count + type.utf8.count + source.utf8.count + epoch.utf8.count
+        let room = 160 + idLength + type.utf8.count + source.utf8.count + epoch.utf8.count
         out.append(addingCapacity: room) { out in
             func literal(_ text: StaticString) {
                 out.append(copying: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
@@ -65,7 +87,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
             literal(#"{"v":"#)
             out.appendDecimal(Int64(v))
             literal(#","id":""#)
-            text(&id)
+            if case .numbered(let run, let seq) = id { EventID.write(run: run, seq: seq, to: &out) } else { text(&idText!) }
             literal(#"","type":""#)
             text(&type)
             literal(#"","source":""#)

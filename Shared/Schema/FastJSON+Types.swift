@@ -84,25 +84,39 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
 /// Event ids shaped as UUIDs (version 8, RFC 9562): 60 bits that identify the publisher's run,
 /// and 62 bits of its `seq`. Unique without a random draw per message.
 public enum EventID {
+    /// Every id's length in bytes.
+    static let length = 36
+
     public static func make(run: UInt64, seq: UInt64) -> String {
+        String(unsafeUninitializedCapacity: length) { buffer in
+            var out = OutputSpan(buffer: buffer, initializedCount: 0)
+            write(run: run, seq: seq, to: &out)
+            return out.finalize(for: buffer)
+        }
+    }
+
+    /// The id's 36 bytes, where the caller made room: a publisher writes it straight into the
+    /// header (this is on every message a service publishes), without making a `String` of it.
+    static func write(run: UInt64, seq: UInt64, to out: inout OutputSpan<UInt8>) {
         let high = (run & ~0xF000) | 0x8000  // version 8 in bits 48–51 of the first half
         let low = (seq & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000  // variant 10
-        // Written in place: this is on every message a service publishes.
-        return String(unsafeUninitializedCapacity: 36) { out in
-            var at = 0
-            func hex(_ value: UInt64, from: Int, count: Int) {
-                for position in stride(from: from - 4, through: from - 4 * count, by: -4) {
-                    let digit = UInt8((value >> UInt64(position)) & 0xF)
-                    out[at] = digit < 10 ? 48 + digit : 87 + digit
-                    at += 1
-                }
-            }
-            hex(high, from: 64, count: 8); out[at] = 45; at += 1
-            hex(high, from: 32, count: 4); out[at] = 45; at += 1
-            hex(high, from: 16, count: 4); out[at] = 45; at += 1
-            hex(low, from: 64, count: 4); out[at] = 45; at += 1
-            hex(low, from: 48, count: 12)
-            return at
+        hex(high, from: 64, count: 8, to: &out)
+        out.append(UInt8(ascii: "-"))
+        hex(high, from: 32, count: 4, to: &out)
+        out.append(UInt8(ascii: "-"))
+        hex(high, from: 16, count: 4, to: &out)
+        out.append(UInt8(ascii: "-"))
+        hex(low, from: 64, count: 4, to: &out)
+        out.append(UInt8(ascii: "-"))
+        hex(low, from: 48, count: 12, to: &out)
+    }
+
+    /// `count` hex digits of `value`, the first of them ending at bit `from`.
+    @inline(__always)
+    private static func hex(_ value: UInt64, from: Int, count: Int, to out: inout OutputSpan<UInt8>) {
+        for position in stride(from: from - 4, through: from - 4 * count, by: -4) {
+            let digit = UInt8((value >> UInt64(position)) & 0xF)
+            out.append(digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") - 10 + digit)
         }
     }
 }

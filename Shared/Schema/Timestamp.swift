@@ -32,24 +32,30 @@ public enum RFC3339 {
         let (days, msOfDay) = floorDivMod(totalMs, 86_400_000)
         let (year, month, day) = civil(fromDays: days)
         let seconds = msOfDay / 1000
-        // Each digit by a constant divisor, which the compiler turns into a multiplication.
-        func digit(_ value: Int64) { out.append(UInt8(ascii: "0") + UInt8(value % 10)) }
-        func two(_ value: Int64, then separator: Unicode.Scalar) {
-            digit(value / 10)
-            digit(value)
-            out.append(UInt8(ascii: separator))
-        }
-        digit(year / 1000)
-        digit(year / 100)
-        two(year, then: "-")
-        two(month, then: "-")
-        two(day, then: "T")
-        two(seconds / 3600, then: ":")
-        two(seconds / 60 % 60, then: ":")
-        two(seconds % 60, then: ".")
+        digit(year / 1000, to: &out)
+        digit(year / 100, to: &out)
+        two(year, then: "-", to: &out)
+        two(month, then: "-", to: &out)
+        two(day, then: "T", to: &out)
+        two(seconds / 3600, then: ":", to: &out)
+        two(seconds / 60 % 60, then: ":", to: &out)
+        two(seconds % 60, then: ".", to: &out)
         let millisecond = msOfDay % 1000
-        digit(millisecond / 100)
-        two(millisecond, then: "Z")
+        digit(millisecond / 100, to: &out)
+        two(millisecond, then: "Z", to: &out)
+    }
+
+    // Each digit by a constant divisor, which the compiler turns into a multiplication.
+    @inline(__always)
+    private static func digit(_ value: Int64, to out: inout OutputSpan<UInt8>) {
+        out.append(UInt8(ascii: "0") + UInt8(value % 10))
+    }
+
+    @inline(__always)
+    private static func two(_ value: Int64, then separator: Unicode.Scalar, to out: inout OutputSpan<UInt8>) {
+        digit(value / 10, to: &out)
+        digit(value, to: &out)
+        out.append(UInt8(ascii: separator))
     }
 
     /// Parses an RFC 3339 date-time with any offset (`Z`, `+02:00`, `-0530`) and an optional
