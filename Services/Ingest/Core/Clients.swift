@@ -130,7 +130,9 @@ struct ClientParsers: Sendable {
                 samples.append(MotionSample(device: device, start: fix.time, activity: Self.overlandActivity(names), confidence: .medium, source: .overland))
             }
         }
-        return records + samples.map { JournalRecord(.motion($0)) }
+        // Appended in place: `records + …` would copy every fix into a new array.
+        records.append(contentsOf: samples.lazy.map { JournalRecord(.motion($0)) })
+        return records
     }
 
     /// Overland lists every activity iOS reports at once (`["driving", "stationary"]` at a light):

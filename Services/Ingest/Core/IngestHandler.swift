@@ -343,7 +343,8 @@ public final class IngestHandler: Sendable {
         let hasMotion = records.contains { if case .motion = $0.kind { true } else { false } }
         let early = hasMotion ? nil : journal.prepare(records)
         if let (order, number) = turn { await order.turn(number) }
-        let kept = motion.filter(records)
+        // Only motion is filtered: without any, the records are kept as they are, not copied.
+        let kept = hasMotion ? motion.filter(records) : records
         do {
             let outcomes = try await journal.append(early ?? journal.prepare(kept)) { if let (order, number) = turn { order.leave(number) } }
             if hasMotion { motion.commit(kept, outcomes) }
