@@ -27,6 +27,12 @@ extension EnvelopeHeader: FastJSONDecodable {
     }
 }
 
+extension FixSource {
+    /// Every source by its name as packed bytes: matched without a `String` or the generic
+    /// string `switch` that `init(rawValue:)` makes (every consumer reads every fix's source).
+    static let byName = allCases.map { (name: JSONKey($0.rawValue), source: $0) }
+}
+
 extension Fix: FastJSONEncodable, FastJSONDecodable {
     public func writeJSON(to writer: inout JSONWriter) {
         writer.beginObject()
@@ -64,8 +70,10 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
             case "battery": battery = try reader.readDouble()
             case "meta": meta = try reader.readStringMap()
             case "source":
-                let name = try reader.readString()
-                guard let known = FixSource(rawValue: name) else { throw reader.failure("unknown source \"\(name)\"") }
+                let name = try reader.readSymbol()
+                guard let known = FixSource.byName.first(where: { $0.name == name })?.source else {
+                    throw reader.failure("unknown source \"\(name)\"")
+                }
                 source = known
             default: try reader.skipValue()
             }

@@ -305,6 +305,10 @@ public struct JSONReader {
         return try unescape(start, end)
     }
 
+    /// A string value from a fixed set (a fix's `source`), read as a key is: matched as packed
+    /// bytes, without making a `String` of it.
+    mutating func readSymbol() throws(Failure) -> JSONKey { try readKey() }
+
     private mutating func readKey() throws(Failure) -> JSONKey {
         let (start, end, plain) = try scanString()
         guard plain else { return JSONKey(try unescape(start, end)) }

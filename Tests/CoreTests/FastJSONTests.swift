@@ -169,6 +169,16 @@ import Testing
         }
     }
 
+    /// A fix's source is matched by its bytes, escaped or not, and every source has its name.
+    @Test func everySourceIsReadByItsName() throws {
+        for source in FixSource.allCases {
+            let json = #"{"device":"car","time":"2025-01-02T03:04:05Z","lat":1,"lon":2,"source":"\#(source.rawValue)"}"#
+            #expect(try BusJSON.decode(Fix.self, from: Array(json.utf8)).source == source)
+        }
+        let escaped = #"{"device":"car","time":"2025-01-02T03:04:05Z","lat":1,"lon":2,"source":"overl\u0061nd"}"#
+        #expect(try BusJSON.decode(Fix.self, from: Array(escaped.utf8)).source == .overland)
+    }
+
     @Test func keysMatchWhateverTheirLengthOrSpelling() throws {
         let json = #"{"lat":1,"lon":2,"source":"api","d\u0065vice":"car","a_key_longer_than_sixteen":{"tim":1},"time":"2025-01-02T03:04:05Z"}"#
         let fix = try BusJSON.decode(Fix.self, from: Array(json.utf8))
