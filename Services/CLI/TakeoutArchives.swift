@@ -41,6 +41,10 @@ struct TakeoutArchives {
                 // left out; made once, as Dispatch's handler stays installed for good.
                 if interrupts.isEmpty { interrupts = Self.removeOnInterrupt(planned, extracting: extracting) }
                 if folder == nil {
+                    // Under the lock too: an interrupt that came first must not find no folder,
+                    // and then have it made just before the process ends.
+                    extracting.lock()
+                    defer { extracting.unlock() }
                     // Only this user can read it: extracted history is as private as the archive.
                     try FileManager.default.createDirectory(at: planned, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
                     folder = planned
@@ -113,8 +117,9 @@ struct TakeoutArchives {
 extension Array where Element == any DispatchSourceSignal {
     /// Waits until Dispatch's handler is installed for every signal. `resume` only asks Dispatch's
     /// manager thread to install it, so a signal sent at once (the folder is already there to see)
-    /// would still end the process with the default action, leaving the history behind. Patience
-    /// is bounded: a platform that never installs one is not waited for past two seconds.
+    /// would still end the process with the default action, leaving the history behind. This is
+    /// libdispatch on Linux (glibc's `sigaction`); patience is bounded, two seconds on a starved
+    /// machine, after which the import goes on as it did before this wait.
     fileprivate func withHandlersInstalled() -> Self {
         let deadline = DispatchTime.now() + .seconds(2)
         func installed(_ number: Int32) -> Bool {

@@ -44,8 +44,7 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
     /// the publisher validated, so no escaping is needed.
     public func encoded() -> [UInt8] {
         var out = [UInt8]()
-        out.reserveCapacity(160 + type.utf8.count)
-        write(to: &out)
+        write(to: &out)  // which makes room for the whole header at once
         return out
     }
 
