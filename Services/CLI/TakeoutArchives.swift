@@ -84,7 +84,7 @@ struct TakeoutArchives {
     /// history would stay in the temporary folder, in RAM where that is a tmpfs). An entry
     /// being extracted is finished first (`extracting`).
     private static func removeOnInterrupt(_ folder: URL, extracting: NSLock) -> [any DispatchSourceSignal] {
-        [SIGINT, SIGTERM].map { number in
+        let sources = interruptions.map { number in
             // On Linux, Dispatch installs its own handler for the signal (no SIG_IGN, which would
             // discard it before Dispatch sees it).
             let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
@@ -104,30 +104,31 @@ struct TakeoutArchives {
             source.resume()
             return source
         }
-        .withHandlersInstalled()
+        waitUntilHandled(interruptions)
+        return sources
     }
 
-    static func isZip(_ path: String) -> Bool {
-        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
-        defer { try? handle.close() }
-        return (try? handle.read(upToCount: 4)) == Data([0x50, 0x4B, 0x03, 0x04])
-    }
-}
+    /// The signals that end an import early: Ctrl-C, and a stop by a service manager.
+    private static let interruptions = [SIGINT, SIGTERM]
 
-extension Array where Element == any DispatchSourceSignal {
-    /// Waits until Dispatch's handler is installed for every signal. `resume` only asks Dispatch's
-    /// manager thread to install it, so a signal sent at once (the folder is already there to see)
-    /// would still end the process with the default action, leaving the history behind. This is
-    /// libdispatch on Linux (glibc's `sigaction`); patience is bounded, two seconds on a starved
-    /// machine, after which the import goes on as it did before this wait.
-    fileprivate func withHandlersInstalled() -> Self {
+    /// Waits until Dispatch's handler is installed for each of `signals`. `resume` only asks
+    /// Dispatch's manager thread to install it, so a signal sent at once (the folder is already
+    /// there to see) would still end the process with the default action, leaving the history
+    /// behind. This is libdispatch on Linux (glibc's `sigaction`); patience is bounded, two
+    /// seconds on a starved machine, after which the import goes on as it did before this wait.
+    private static func waitUntilHandled(_ signals: [Int32]) {
         let deadline = DispatchTime.now() + .seconds(2)
         func installed(_ number: Int32) -> Bool {
             var action = sigaction()
             sigaction(number, nil, &action)
             return action.__sigaction_handler.sa_handler != nil  // SIG_DFL is the null pointer
         }
-        while ![SIGINT, SIGTERM].allSatisfy(installed), DispatchTime.now() < deadline { usleep(100) }
-        return self
+        while !signals.allSatisfy(installed), DispatchTime.now() < deadline { usleep(100) }
+    }
+
+    static func isZip(_ path: String) -> Bool {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return false }
+        defer { try? handle.close() }
+        return (try? handle.read(upToCount: 4)) == Data([0x50, 0x4B, 0x03, 0x04])
     }
 }

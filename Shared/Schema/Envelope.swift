@@ -68,11 +68,9 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
         to out: inout [UInt8]
     ) {
         var (type, source, epoch) = (type, source, epoch)
-        var idText: String?
-        let idLength: Int
-        switch id {
-        case .text(let text): (idText, idLength) = (text, text.utf8.count)
-        case .numbered: (idText, idLength) = (nil, EventID.length)
+        let idLength = switch id {
+        case .text(let text): text.utf8.count
+        case .numbered: EventID.length
         }
         // 75 bytes of names and punctuation, at most 21 + 20 + 20 of numbers, 24 of time.
         let room = 160 + idLength + type.utf8.count + source.utf8.count + epoch.utf8.count
@@ -80,21 +78,24 @@ public struct EnvelopeHeader: Codable, Sendable, Equatable {
             func literal(_ text: StaticString) {
                 out.append(copying: UnsafeRawBufferPointer(start: text.utf8Start, count: text.utf8CodeUnitCount))
             }
-            func text(_ value: inout String) {
+            func copy(_ value: inout String) {
                 value.withUTF8 { out.append(copying: UnsafeRawBufferPointer($0)) }
             }
             literal(#"{"v":"#)
             out.appendDecimal(Int64(v))
             literal(#","id":""#)
-            if case .numbered(let run, let seq) = id { EventID.write(run: run, seq: seq, to: &out) } else { text(&idText!) }
+            switch id {
+            case .text(var text): copy(&text)
+            case .numbered(let run, let seq): EventID.write(run: run, seq: seq, to: &out)
+            }
             literal(#"","type":""#)
-            text(&type)
+            copy(&type)
             literal(#"","source":""#)
-            text(&source)
+            copy(&source)
             literal(#"","seq":"#)
             out.appendDecimal(seq)
             literal(#","epoch":""#)
-            text(&epoch)
+            copy(&epoch)
             literal(#"","time":""#)
             RFC3339.write(time, to: &out)
             out.append(UInt8(ascii: "\""))

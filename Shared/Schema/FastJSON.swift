@@ -795,14 +795,6 @@ struct FewDecimals {
 }
 
 extension [UInt8] {
-    /// Appends `value` with the fewest decimals that read back as exactly it (`FewDecimals`).
-    /// Returns false, appending nothing, for a value that has no such spelling.
-    public mutating func appendFewDecimals(_ value: Double) -> Bool {
-        guard let few = FewDecimals(value) else { return false }
-        append(addingCapacity: 20) { few.write(to: &$0) }
-        return true
-    }
-
     /// Appends `value` in decimal without making a String: integers are in every header and fix.
     public mutating func appendDecimal(_ value: UInt64) {
         append(addingCapacity: 20) { $0.appendDecimal(value) }

@@ -1,4 +1,5 @@
 import DrivebusKit
+@testable import DrivebusSchema
 import DrivebusTestSupport
 import Foundation
 import Testing
@@ -161,10 +162,7 @@ import Testing
                 let expected = value == value.rounded() && abs(value) < 1e15 ? String(Int64(value)) : value.description
                 #expect(written == expected, "\(value.bitPattern)")
             }
-            let slow = phoneShaped.filter { value in
-                var bytes: [UInt8] = []
-                return !bytes.appendFewDecimals(value)
-            }
+            let slow = phoneShaped.filter { FewDecimals($0) == nil }
             #expect(slow.isEmpty, "\(slow.prefix(5))")
         }
     }
