@@ -230,8 +230,9 @@ struct BusBench: AsyncParsableCommand {
         let subscriberLoop = ZMQLoop(name: "bench-sub")
         let socket = try await publisherLoop.openPublishingSocket(bind: ZMQEndpoint(endpoint), highWaterMark: 0)
         let publisher = Publisher(source: "ingest", socket: socket)
-        let batches = try await subscriberLoop.subscribe(ZMQEndpoint(endpoint), prefixes: prefixes + ["fix.marker", "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        var messages = BusSubscription(batches: batches).makeAsyncIterator()
+        var messages = try await subscriberLoop.subscribeToBus(
+            ZMQEndpoint(endpoint), prefixes: prefixes + ["fix.marker", "probe"], highWaterMark: 0, bufferLimit: Int.max
+        ).makeAsyncIterator()
         await awaitProbe(from: publisher, on: &messages)
         publisher.publishMarker()
         while let message = await messages.next(), message.topic != "fix.marker" {}

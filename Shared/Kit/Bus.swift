@@ -63,10 +63,9 @@ public final class BusClient: Sendable {
         _ prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096, batchLimit: Int = ZMQLoop.drainBatch,
         keepsNewest: Bool = false
     ) async throws -> BusSubscription {
-        BusSubscription(
-            batches: try await loop.subscribe(
-                endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit,
-                keepsNewest: keepsNewest))
+        try await loop.subscribeToBus(
+            endpoints.out, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit,
+            keepsNewest: keepsNewest)
     }
 
     /// Calls `op` on a service's RPC socket and decodes the reply.
@@ -83,40 +82,83 @@ public final class BusClient: Sendable {
     }
 }
 
-/// Decoded bus messages, in arrival order.
-public struct BusSubscription: AsyncSequence, Sendable {
-    public typealias Element = BusMessage
-    let batches: AsyncStream<[ZMQMessage]>
+extension ZMQLoop {
+    /// Subscribes to `prefixes` at `endpoint` (the broker's XPUB, or a publisher's PUB), with each
+    /// message decoded as an envelope on the I/O thread: see `subscribe(_:prefixes:…)` for the
+    /// limits. Frames that are not a valid envelope never reach the consumer.
+    public func subscribeToBus(
+        _ endpoint: ZMQEndpoint, prefixes: [String], highWaterMark: Int32 = 100_000, bufferLimit: Int = 4096,
+        batchLimit: Int = ZMQLoop.drainBatch, keepsNewest: Bool = false
+    ) async throws -> BusSubscription {
+        BusSubscription(
+            groups: try await subscribe(
+                endpoint, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit,
+                keepsNewest: keepsNewest, reader: BusFrameReader()))
+    }
+}
 
-    /// Decodes raw frames from any SUB stream, e.g. one subscribed directly to a PUB socket.
-    public init(batches: AsyncStream<[ZMQMessage]>) { self.batches = batches }
+/// Makes envelopes of the frames where libzmq holds them. Only the payload is copied into a
+/// message of its own; the header is read through one buffer kept for every message, and a
+/// publisher's epoch, the same on all its messages, stays one `String`.
+struct BusFrameReader: ZMQMessageReader {
+    private var topic: String?
+    private var header: EnvelopeHeader?
+    private var payload: [UInt8] = []
+    private var headerFrame: [UInt8] = []
+    private var lastEpoch: String?
 
-    public struct AsyncIterator: AsyncIteratorProtocol {
-        var batches: AsyncStream<[ZMQMessage]>.AsyncIterator
-        var pending: [ZMQMessage] = []
-        var next = 0
-
-        public mutating func next() async -> BusMessage? {
-            while true {
-                while next < pending.count {
-                    defer { next += 1 }
-                    // Frames that are not a valid envelope never reach the consumer.
-                    if let decoded = try? BusMessage(frames: pending[next]) { return decoded }
-                }
-                guard let batch = await batches.next() else { return nil }
-                pending = batch
-                next = 0
-            }
+    mutating func read(frame index: Int, _ frame: UnsafeRawBufferPointer) {
+        switch index {
+        case 0:
+            (header, payload) = (nil, [])
+            topic = try? BusMessage.topic(frame)
+        case 1 where topic != nil:
+            headerFrame.removeAll(keepingCapacity: true)
+            headerFrame.append(contentsOf: frame.assumingMemoryBound(to: UInt8.self))
+            header = try? BusMessage.header(headerFrame, knownEpoch: lastEpoch)
+        case 2 where header != nil:
+            payload = Array(frame.assumingMemoryBound(to: UInt8.self))
+        default:
+            break
         }
     }
 
-    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(batches: batches.makeAsyncIterator()) }
+    mutating func finish(frameCount: Int) -> BusMessage? {
+        // Taken, not copied: the message owns them from here.
+        let (topic, header) = (self.topic.take(), self.header.take())
+        var payload: [UInt8] = []
+        swap(&payload, &self.payload)
+        guard frameCount == 3, let topic, let header else { return nil }
+        lastEpoch = header.epoch
+        return BusMessage(topic: topic, header: header, payload: payload)
+    }
+}
 
+/// Decoded bus messages, in arrival order.
+public struct BusSubscription: AsyncSequence, Sendable {
+    public typealias Element = BusMessage
     /// The same messages, in the groups the I/O thread received them together: what one upload
     /// published usually arrives as one group.
-    public var groups: AsyncMapSequence<AsyncStream<[ZMQMessage]>, [BusMessage]> {
-        batches.map { batch in batch.compactMap { try? BusMessage(frames: $0) } }
+    public let groups: AsyncStream<[BusMessage]>
+
+    init(groups: AsyncStream<[BusMessage]>) { self.groups = groups }
+
+    public struct AsyncIterator: AsyncIteratorProtocol {
+        var groups: AsyncStream<[BusMessage]>.AsyncIterator
+        var pending: [BusMessage] = []
+        var next = 0
+
+        public mutating func next() async -> BusMessage? {
+            while next == pending.count {
+                guard let group = await groups.next() else { return nil }
+                (pending, next) = (group, 0)
+            }
+            defer { next += 1 }
+            return pending[next]
+        }
     }
+
+    public func makeAsyncIterator() -> AsyncIterator { AsyncIterator(groups: groups.makeAsyncIterator()) }
 }
 
 /// Publishes envelopes with a `seq` that counts up with no gaps for this process's epoch.

@@ -155,18 +155,33 @@ public struct BusMessage: Sendable {
 
     public init(frames: [[UInt8]]) throws(EnvelopeError) {
         guard frames.count == 3 else { throw .frameCount(frames.count) }
-        guard !frames[0].isEmpty, frames[0].allSatisfy({ (0x21...0x7E).contains($0) }) else {
-            throw .topic(String(decoding: frames[0], as: UTF8.self))
+        let topic = frames[0].withUnsafeBytes { frame in Result { () throws(EnvelopeError) in try Self.topic(frame) } }
+        self.init(topic: try topic.get(), header: try Self.header(frames[1]), payload: frames[2])
+    }
+
+    /// The topic frame's text: printable ASCII, not empty.
+    public static func topic(_ frame: UnsafeRawBufferPointer) throws(EnvelopeError) -> String {
+        let bytes = frame.assumingMemoryBound(to: UInt8.self)
+        guard !bytes.isEmpty, bytes.allSatisfy({ (0x21...0x7E).contains($0) }) else {
+            throw .topic(String(decoding: bytes, as: UTF8.self))
         }
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    /// The header frame's envelope header, of this major version. `knownEpoch`, the epoch of the
+    /// last header from the same publisher, is kept rather than made again when it is the same.
+    public static func header(_ frame: [UInt8], knownEpoch: String? = nil) throws(EnvelopeError) -> EnvelopeHeader {
         let header: EnvelopeHeader
         do {
-            header = try BusJSON.decode(EnvelopeHeader.self, from: frames[1])
+            var reader = JSONReader(frame)
+            header = try EnvelopeHeader(reading: &reader, knownEpoch: knownEpoch)
+            try reader.finish()
         } catch {
             throw .header(String(describing: error))
         }
         // Newer minor fields are fine (unknown keys are ignored); a newer major version is not.
         guard header.v == EnvelopeHeader.version else { throw .unsupportedVersion(header.v) }
-        self.init(topic: String(decoding: frames[0], as: UTF8.self), header: header, payload: frames[2])
+        return header
     }
 
     public func decode<T: Decodable & FastJSONDecodable>(_ type: T.Type) throws(EnvelopeError) -> T {

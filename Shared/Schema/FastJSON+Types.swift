@@ -2,6 +2,12 @@ import Foundation
 
 extension EnvelopeHeader: FastJSONDecodable {
     public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
+        try self.init(reading: &reader, knownEpoch: nil)
+    }
+
+    /// Reads a header whose epoch is likely `knownEpoch`, the last one read from the same
+    /// publisher: it is then kept, not made again (a subscriber reads one per message).
+    init(reading reader: inout JSONReader, knownEpoch: String?) throws(JSONReader.Failure) {
         var v: Int?, id: String?, type: String?, source: String?, seq: UInt64?, epoch: String?, time: Date?, logSeq: UInt64?
         try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
@@ -10,7 +16,7 @@ extension EnvelopeHeader: FastJSONDecodable {
             case "type": type = try reader.readString()
             case "source": source = try reader.readString()
             case "seq": seq = try reader.readUInt64()
-            case "epoch": epoch = try reader.readString()
+            case "epoch": epoch = try reader.readString(reusing: knownEpoch)
             case "time": time = try reader.readDate()
             case "log_seq": logSeq = try reader.readUInt64()
             default: try reader.skipValue()
@@ -108,23 +114,36 @@ public enum EventID {
     static func write(run: UInt64, seq: UInt64, to out: inout OutputSpan<UInt8>) {
         let high = (run & ~0xF000) | 0x8000  // version 8 in bits 48–51 of the first half
         let low = (seq & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000  // variant 10
-        hex(high, from: 64, count: 8, to: &out)
-        out.append(UInt8(ascii: "-"))
-        hex(high, from: 32, count: 4, to: &out)
-        out.append(UInt8(ascii: "-"))
-        hex(high, from: 16, count: 4, to: &out)
-        out.append(UInt8(ascii: "-"))
-        hex(low, from: 64, count: 4, to: &out)
-        out.append(UInt8(ascii: "-"))
-        hex(low, from: 48, count: 12, to: &out)
+        // 8-4-4-4-12 digits, made eight at a time and stored as words, each group then slid
+        // into place: a word's worth of digits costs a few instructions, where one digit at a
+        // time cost a branch and a bounds check each.
+        var text: (UInt64, UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0, 0)
+        withUnsafeMutableBytes(of: &text) { text in
+            func slide(_ from: Int, to: Int) {
+                text.storeBytes(of: text.loadUnaligned(fromByteOffset: from, as: UInt32.self), toByteOffset: to, as: UInt32.self)
+            }
+            text.storeBytes(of: hexDigits(UInt32(truncatingIfNeeded: high >> 32)), toByteOffset: 0, as: UInt64.self)
+            text.storeBytes(of: hexDigits(UInt32(truncatingIfNeeded: high)), toByteOffset: 10, as: UInt64.self)
+            slide(10, to: 9)
+            text.storeBytes(of: hexDigits(UInt32(truncatingIfNeeded: low >> 32)), toByteOffset: 20, as: UInt64.self)
+            text.storeBytes(of: hexDigits(UInt32(truncatingIfNeeded: low)), toByteOffset: 28, as: UInt64.self)
+            slide(20, to: 19)
+            for dash in [8, 13, 18, 23] { text[dash] = UInt8(ascii: "-") }
+            out.append(copying: UnsafeRawBufferPointer(rebasing: text[..<length]))
+        }
     }
 
-    /// `count` hex digits of `value`, the first of them ending at bit `from`.
+    /// The eight lowercase hex digits of `value`, most significant first in memory.
     @inline(__always)
-    private static func hex(_ value: UInt64, from: Int, count: Int, to out: inout OutputSpan<UInt8>) {
-        for position in stride(from: from - 4, through: from - 4 * count, by: -4) {
-            let digit = UInt8((value >> UInt64(position)) & 0xF)
-            out.append(digit < 10 ? UInt8(ascii: "0") + digit : UInt8(ascii: "a") - 10 + digit)
-        }
+    static func hexDigits(_ value: UInt32) -> UInt64 {
+        // Spread the nibbles one to a byte, the most significant in the highest byte.
+        var x = UInt64(value)
+        x = (x | x << 16) & 0x0000_FFFF_0000_FFFF
+        x = (x | x << 8) & 0x00FF_00FF_00FF_00FF
+        x = (x | x << 4) & 0x0F0F_0F0F_0F0F_0F0F
+        // "0"… for 0–9; a nibble of 10–15 carries into bit 4 when 6 is added, and gets "a" - "0" - 10 more.
+        let letters = ((x &+ 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101
+        x = x &+ 0x3030_3030_3030_3030 &+ letters &* 0x27
+        return x.bigEndian
     }
 }

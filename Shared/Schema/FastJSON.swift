@@ -305,6 +305,19 @@ public struct JSONReader {
         return try unescape(start, end)
     }
 
+    /// A string value, returned as `known` itself when it has the same text: no new `String`
+    /// for a value that repeats from one message to the next.
+    public mutating func readString(reusing known: String?) throws(Failure) -> String {
+        guard var known else { return try readString() }
+        let (start, end, plain) = try scanString()
+        guard plain else { return try unescape(start, end) }
+        let same = known.withUTF8 { knownBytes in
+            knownBytes.count == end - start
+                && (knownBytes.isEmpty || bytes.withUnsafeBufferPointer { memcmp($0.baseAddress! + start, knownBytes.baseAddress!, knownBytes.count) == 0 })
+        }
+        return same ? known : String(decoding: bytes[start..<end], as: UTF8.self)
+    }
+
     /// A string value from a fixed set (a fix's `source`), read as a key is: matched as packed
     /// bytes, without making a `String` of it.
     mutating func readSymbol() throws(Failure) -> JSONKey { try readKey() }

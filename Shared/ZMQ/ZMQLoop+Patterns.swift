@@ -101,21 +101,35 @@ extension ZMQLoop {
         batchLimit: Int = ZMQLoop.drainBatch,
         keepsNewest: Bool = false
     ) async throws -> AsyncStream<[ZMQMessage]> {
+        try await subscribe(
+            endpoint, prefixes: prefixes, highWaterMark: highWaterMark, bufferLimit: bufferLimit, batchLimit: batchLimit,
+            keepsNewest: keepsNewest, reader: ZMQFrameCopier())
+    }
+
+    /// The same, with each message made into a value by `reader` on the I/O thread, from its
+    /// frames in place: a subscriber that keeps only parts of the frames copies only those.
+    public func subscribe<Reader: ZMQMessageReader>(
+        _ endpoint: ZMQEndpoint,
+        prefixes: [String],
+        highWaterMark: Int32 = 100_000,
+        bufferLimit: Int = 4096,
+        batchLimit: Int = ZMQLoop.drainBatch,
+        keepsNewest: Bool = false,
+        reader: Reader
+    ) async throws -> AsyncStream<[Reader.Message]> {
         let (stream, continuation) = AsyncStream.makeStream(
-            of: [ZMQMessage].self, bufferingPolicy: keepsNewest ? .bufferingNewest(bufferLimit) : .bufferingOldest(bufferLimit))
+            of: [Reader.Message].self, bufferingPolicy: keepsNewest ? .bufferingNewest(bufferLimit) : .bufferingOldest(bufferLimit))
         let id = try await perform { io -> SocketID in
             let socket = try ZMQSocket(io.context, .sub)
             try socket.setHighWaterMarks(send: highWaterMark, receive: highWaterMark)
             for prefix in prefixes { try socket.subscribe(prefix) }
             if let curve = endpoint.curve { try socket.setCurve(curve) }
             try socket.connect(endpoint.address)
+            var reader = reader  // this subscription's own, kept on the I/O thread
             return io.register(
                 socket,
                 onReadable: { socket in
-                    var batch: [ZMQMessage] = []
-                    while batch.count < batchLimit, let message = try? socket.receive() {
-                        batch.append(message)
-                    }
+                    let batch = reader.receive(from: socket, limit: batchLimit)
                     if !batch.isEmpty { continuation.yield(batch) }
                 },
                 onClose: { continuation.finish() }

@@ -4,6 +4,54 @@ import Glibc
 /// One message: its frames, in order.
 public typealias ZMQMessage = [[UInt8]]
 
+/// Makes a value of each message a subscription receives, on the I/O thread, from the frames
+/// where libzmq holds them: only what the value keeps is copied. One reader serves one
+/// subscription and may keep state from message to message.
+public protocol ZMQMessageReader: Sendable {
+    associatedtype Message: Sendable
+    /// Frame `index` of the message being received; `frame` is valid only during the call.
+    /// Index 0 starts a new message (a receive that failed part-way leaves no `finish`).
+    mutating func read(frame index: Int, _ frame: UnsafeRawBufferPointer)
+    /// The message had `frameCount` frames, all read: its value, or `nil` to drop it.
+    mutating func finish(frameCount: Int) -> Message?
+    /// The values of the messages waiting on `socket`, at most `limit` of them. Left to the
+    /// default: the requirement only lets it be compiled for each reader type, so that the calls
+    /// per frame are direct (the subscription that calls it is generic in another module).
+    mutating func receive(from socket: ZMQSocket, limit: Int) -> [Message]
+}
+
+extension ZMQMessageReader {
+    @inlinable
+    public mutating func receive(from socket: ZMQSocket, limit: Int) -> [Message] {
+        var messages: [Message] = []
+        for _ in 0..<limit {
+            guard let frames = try? socket.receive({ index, frame in read(frame: index, frame) }) else { break }
+            if let message = finish(frameCount: frames) { messages.append(message) }
+        }
+        return messages
+    }
+}
+
+/// Copies every frame: the message as it came.
+public struct ZMQFrameCopier: ZMQMessageReader {
+    private var frames: ZMQMessage = []
+
+    public init() {}
+
+    public mutating func read(frame index: Int, _ frame: UnsafeRawBufferPointer) {
+        if index == 0 {
+            frames = []
+            frames.reserveCapacity(4)  // a bus message has three frames, a request three or four
+        }
+        frames.append(Array(frame.assumingMemoryBound(to: UInt8.self)))
+    }
+
+    public mutating func finish(frameCount: Int) -> ZMQMessage? {
+        defer { frames = [] }
+        return frames
+    }
+}
+
 public enum ZMQSocketType: Sendable {
     case pub, sub, xpub, xsub, req, rep, dealer, router, push, pull, pair
 
@@ -179,46 +227,27 @@ public final class ZMQSocket {
 
     // MARK: Receiving
 
-    /// Receives one whole message into `zmq_msg_t` frames of any size. Returns `nil` when nothing
+    /// Receives one whole message, each frame copied into an array. Returns `nil` when nothing
     /// is waiting (with `dontWait`).
     public func receive(dontWait: Bool = true) throws(ZMQError) -> ZMQMessage? {
-        let handle = try open("zmq_msg_recv")
-        var frames: ZMQMessage = []
-        frames.reserveCapacity(4)  // a bus message has three frames, a request three or four: one allocation
-        var message = zmq_msg_t()
-        zmq_msg_init(&message)
-        defer { zmq_msg_close(&message) }
-        while true {
-            // Only the first frame may would-block: the rest of a message arrives with it.
-            let flags: Int32 = (dontWait && frames.isEmpty) ? ZMQ_DONTWAIT : 0
-            if zmq_msg_recv(&message, handle, flags) < 0 {
-                let errno = zmq_errno()
-                if errno == EINTR { continue }
-                if errno == EAGAIN && frames.isEmpty { return nil }
-                throw ZMQError(errno: errno, operation: "zmq_msg_recv", endpoint: endpoint)
-            }
-            let size = zmq_msg_size(&message)
-            if size == 0 {
-                frames.append([])
-            } else {
-                frames.append(Array(UnsafeRawBufferPointer(start: zmq_msg_data(&message), count: size)))
-            }
-            if zmq_msg_more(&message) == 0 { return frames }
-        }
+        var copier = ZMQFrameCopier()
+        guard let count = try receive(dontWait: dontWait, { index, frame in copier.read(frame: index, frame) }) else { return nil }
+        return copier.finish(frameCount: count)
     }
 
     /// Receives one message and hands each frame's bytes to `body` without copying them. Returns
     /// the number of frames, or `nil` when nothing is waiting.
-    public func receive<E: Error>(
+    public func receive(
         dontWait: Bool = true,
-        _ body: (_ index: Int, _ frame: UnsafeRawBufferPointer) throws(E) -> Void
-    ) throws -> Int? {
+        _ body: (_ index: Int, _ frame: UnsafeRawBufferPointer) -> Void
+    ) throws(ZMQError) -> Int? {
         let handle = try open("zmq_msg_recv")
         var message = zmq_msg_t()
         zmq_msg_init(&message)
         defer { zmq_msg_close(&message) }
         var index = 0
         while true {
+            // Only the first frame may would-block: the rest of a message arrives with it.
             let flags: Int32 = (dontWait && index == 0) ? ZMQ_DONTWAIT : 0
             if zmq_msg_recv(&message, handle, flags) < 0 {
                 let errno = zmq_errno()
@@ -226,7 +255,7 @@ public final class ZMQSocket {
                 if errno == EAGAIN && index == 0 { return nil }
                 throw ZMQError(errno: errno, operation: "zmq_msg_recv", endpoint: endpoint)
             }
-            try body(index, UnsafeRawBufferPointer(start: zmq_msg_data(&message), count: zmq_msg_size(&message)))
+            body(index, UnsafeRawBufferPointer(start: zmq_msg_data(&message), count: zmq_msg_size(&message)))
             index += 1
             if zmq_msg_more(&message) == 0 { return index }
         }

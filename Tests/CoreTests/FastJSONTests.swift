@@ -233,5 +233,16 @@ import Testing
         #expect(id == "01234567-89ab-8def-8000-000000000001")
         #expect(UUID(uuidString: id) != nil)
         #expect(EventID.make(run: 0x0123_4567_89ab_cdef, seq: 2) != id)
+        #expect(EventID.make(run: 0xfedc_ba98_7654_3210, seq: .max) == "fedcba98-7654-8210-bfff-ffffffffffff")
+        #expect(EventID.make(run: 0, seq: 0) == "00000000-0000-8000-8000-000000000000")
+        // Every digit in every place, against Foundation's spelling of the same UUID.
+        for index in 0..<2_000 as Range<UInt64> {
+            let run = index &* 0x9E37_79B9_7F4A_7C15, seq = ~run &* 0xBF58_476D_1CE4_E5B9
+            let id = EventID.make(run: run, seq: seq)
+            let high = (run & ~0xF000) | 0x8000, low = (seq & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+            let bytes = (0..<8).map { UInt8(truncatingIfNeeded: high >> (56 - 8 * $0)) } + (0..<8).map { UInt8(truncatingIfNeeded: low >> (56 - 8 * $0)) }
+            let uuid = bytes.withUnsafeBytes { UUID(uuid: $0.loadUnaligned(as: uuid_t.self)) }
+            #expect(id == uuid.uuidString.lowercased())
+        }
     }
 }

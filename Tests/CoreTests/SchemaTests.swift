@@ -81,6 +81,31 @@ import Testing
         }
     }
 
+    /// A value that repeats from message to message (a publisher's epoch) is given back as the
+    /// known `String` itself, with no new one made; any other text, or an escaped one, is read anew.
+    @Test func aKnownStringIsReusedOnlyForTheSameText() throws {
+        let known = "0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a59"
+        func storage(_ string: String) -> UnsafeRawPointer? {
+            string.utf8.withContiguousStorageIfAvailable { UnsafeRawPointer($0.baseAddress) } ?? nil
+        }
+        func read(_ json: String) throws -> String {
+            var reader = JSONReader(Array(json.utf8))
+            return try reader.readString(reusing: known)
+        }
+        let same = try read(#""0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a59""#)
+        #expect(same == known)
+        #expect(storage(same) == storage(known))
+        let escaped = try read(#""0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a5\u0039""#)
+        #expect(escaped == known)
+        for other in ["0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a58", "0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a5", "", "0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a590"] {
+            let read = try read("\"\(other)\"")
+            #expect(read == other)
+            #expect(storage(read) != storage(known))
+        }
+        var reader = JSONReader(Array(#""e""#.utf8))
+        #expect(try reader.readString(reusing: nil) == "e")
+    }
+
     @Test func consumersIgnoreUnknownFields() throws {
         let payload = #"{"device":"car","time":"2023-11-14T22:13:20.500Z","lat":1,"lon":2,"source":"api","future_field":[1,2]}"#
         let header = #"{"v":1,"id":"x","type":"fix","source":"ingest","seq":1,"epoch":"e","time":"2023-11-14T22:13:20.500Z","hint":"new"}"#

@@ -82,6 +82,60 @@ struct Messages {
         await loop.shutdown()
     }
 
+    /// A bus subscription makes envelopes on the I/O thread from frames in place: what is not a
+    /// valid envelope is dropped there without disturbing the next message, and each message keeps
+    /// its own publisher's epoch (one is reused from the last header only when it is the same).
+    @Test(.timeLimit(.minutes(1))) func aBusSubscriptionDropsWhatIsNotAnEnvelopeAndKeepsEachEpoch() async throws {
+        let dir = TempDir()
+        let endpoint = ZMQEndpoint("ipc://\(dir.path)/envelopes")
+        let publisherLoop = ZMQLoop(name: "pub")
+        let subscriberLoop = ZMQLoop(name: "sub")
+        let pub = try await publisherLoop.openSocket(.pub, bind: endpoint, highWaterMark: 0)
+        var messages = try await subscriberLoop.subscribeToBus(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0).makeAsyncIterator()
+        func header(_ epoch: String, _ seq: Int, v: Int = 1) -> [UInt8] {
+            Array(#"{"v":\#(v),"id":"id-\#(seq)","type":"fix","source":"ingest","seq":\#(seq),"epoch":"\#(epoch)","time":"2025-11-21T04:40:00.000Z"}"#.utf8)
+        }
+        let probing = Task {
+            while !Task.isCancelled {
+                publisherLoop.send([Array("probe".utf8), header("p", 0), Array("{}".utf8)], on: pub)
+                try? await Task.sleep(for: .milliseconds(10))
+            }
+        }
+        _ = await messages.next()
+        probing.cancel()
+        _ = await probing.value
+        publisherLoop.send([Array("fix.marker".utf8), header("p", 0), []], on: pub)
+        while let message = await messages.next(), message.topic != "fix.marker" {}
+
+        let first = "0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a59", second = "9f8e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
+        let sent: [[[UInt8]]] = [
+            [Array("fix.car".utf8), header(first, 1), Array("one".utf8)],
+            [Array("fix.car".utf8), header(first, 2)],  // no payload
+            [Array("fix.car".utf8), header(first, 3), Array("x".utf8), Array("y".utf8)],  // a frame too many
+            [Array("fix.c r".utf8), header(first, 4), Array("x".utf8)],  // not a topic
+            [Array("fix.car".utf8), Array("{nope".utf8), Array("x".utf8)],
+            [Array("fix.car".utf8), header(first, 6, v: 2), Array("x".utf8)],  // a newer major version
+            [Array("fix.van".utf8), header(second, 1), Array("two".utf8)],
+            [Array("fix.car".utf8), header(first, 7), Array("three".utf8)],
+            [Array("fix.car".utf8), header(#"0b1c6f1e-5f0e-4a8e-9a3b-6f1d2c3b4a5\u0039"#, 8), Array("four".utf8)],  // `first`, escaped
+            [Array("fix.car".utf8), header(first, 9), []],
+        ]
+        for frames in sent { publisherLoop.send(frames, on: pub) }
+        var received: [BusMessage] = []
+        while received.count < 5, let message = await messages.next() { received.append(message) }
+        #expect(received.map(\.topic) == ["fix.car", "fix.van", "fix.car", "fix.car", "fix.car"])
+        #expect(received.map(\.header.seq) == [1, 1, 7, 8, 9])
+        #expect(received.map(\.header.epoch) == [first, second, first, first, first])
+        #expect(received.map { String(decoding: $0.payload, as: UTF8.self) } == ["one", "two", "three", "four", ""])
+        for (message, frames) in zip(received, [sent[0], sent[6], sent[7], sent[8], sent[9]]) {
+            let expected = try BusMessage(frames: frames)
+            #expect(message.header == expected.header)
+            #expect(message.payload == expected.payload)
+        }
+        await subscriberLoop.shutdown()
+        await publisherLoop.shutdown()
+    }
+
     /// A publisher's socket is sent on by whichever task publishes, not by its loop's thread: many
     /// tasks at once must still put out whole messages, numbered in the order they were sent; and
     /// once the loop has stopped (and closed the socket) a publish drops its message quietly.
@@ -91,9 +145,7 @@ struct Messages {
         let publisherLoop = ZMQLoop(name: "pub")
         let subscriberLoop = ZMQLoop(name: "sub")
         let publisher = Publisher(source: "test", socket: try await publisherLoop.openPublishingSocket(bind: endpoint, highWaterMark: 0))
-        var messages = BusSubscription(
-            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        ).makeAsyncIterator()
+        var messages = try await subscriberLoop.subscribeToBus(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max).makeAsyncIterator()
         await awaitProbe(from: publisher, on: &messages)
         let firstSeq = publisher.lastSeq + 1
 
@@ -354,9 +406,7 @@ struct Messages {
         let publisherLoop = ZMQLoop(name: "pub")
         let subscriberLoop = ZMQLoop(name: "sub")
         let publisher = Publisher(source: "ingest", socket: try await publisherLoop.openPublishingSocket(bind: endpoint, highWaterMark: 0))
-        var messages = BusSubscription(
-            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", JournalPage.type, "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        ).makeAsyncIterator()
+        var messages = try await subscriberLoop.subscribeToBus(endpoint, prefixes: ["fix.", JournalPage.type, "probe"], highWaterMark: 0, bufferLimit: Int.max).makeAsyncIterator()
         await awaitProbe(from: publisher, on: &messages)
         let journal = try Journal(path: dir.path + "/journal") { committed in
             JournalBroadcast.publish(committed, on: publisher, logger: Logger(label: "test"))
@@ -412,9 +462,7 @@ struct Messages {
         func made(_ topic: String) -> Bool { socket.withSocket(sendingOn: Array(topic.utf8)) { _ in true } ?? false }
 
         #expect(!made("fix.car"), "nobody has subscribed yet")
-        var messages = BusSubscription(
-            batches: try await subscriberLoop.subscribe(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max)
-        ).makeAsyncIterator()
+        var messages = try await subscriberLoop.subscribeToBus(endpoint, prefixes: ["fix.", "probe"], highWaterMark: 0, bufferLimit: Int.max).makeAsyncIterator()
         await awaitProbe(from: publisher, on: &messages)
         #expect(made("fix.car"))
         #expect(made("fix."))
@@ -429,9 +477,7 @@ struct Messages {
 
         // A second subscriber's prefix is heeded once it arrives; when it goes, it is forgotten.
         let secondLoop = ZMQLoop(name: "second")
-        var trips = BusSubscription(
-            batches: try await secondLoop.subscribe(endpoint, prefixes: ["trip."], highWaterMark: 0, bufferLimit: Int.max)
-        ).makeAsyncIterator()
+        var trips = try await secondLoop.subscribeToBus(endpoint, prefixes: ["trip."], highWaterMark: 0, bufferLimit: Int.max).makeAsyncIterator()
         #expect(await eventually(within: .seconds(10)) { made("trip.ended.car") })
         try publisher.publish("trip.ended", device: "car", payload: RPCEmpty())
         #expect(await trips.next()?.topic == "trip.ended.car")
