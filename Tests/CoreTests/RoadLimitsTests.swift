@@ -17,14 +17,9 @@ import Testing
 @Suite struct RoadLimitsTests {
     static let osm = URL(fileURLWithPath: #filePath).deletingLastPathComponent().appendingPathComponent("../Fixtures/osm").standardized
 
-    static func scratch() -> String {
-        let path = NSTemporaryDirectory() + "drivebus-limits-" + UUID().uuidString
-        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        return path
-    }
-
-    static func helsinki() throws -> (RoadLimitIndex, OSMRoadImport.Summary) {
-        let output = scratch() + "/roads.dbrl"
+    /// The Helsinki extract imported into `scratch`, which the caller keeps while it reads the index.
+    static func helsinki(in scratch: TempDir) throws -> (RoadLimitIndex, OSMRoadImport.Summary) {
+        let output = scratch.path + "/roads.dbrl"
         let summary = try OSMRoadImport.run(input: osm.appendingPathComponent("helsinki-roads.osm.pbf").path, output: output)
         return (try RoadLimitIndex(path: output), summary)
     }
@@ -100,7 +95,8 @@ import Testing
     // MARK: Import and index
 
     @Test func theHelsinkiExtractImportsEveryRoadForCars() throws {
-        let (index, summary) = try Self.helsinki()
+        let scratch = TempDir()
+        let (index, summary) = try Self.helsinki(in: scratch)
         // Counted independently from the same extract (osmium to XML, then Python): 996 ways
         // with a highway class for cars, 793 of them with a maxspeed.
         #expect(summary.roads == 996)
@@ -116,7 +112,7 @@ import Testing
     }
 
     @Test func aWrittenExtractReadsBackExactly() throws {
-        let dir = Self.scratch()
+        let scratch = TempDir(), dir = scratch.path
         let writer = try PBFWriter(path: dir + "/small.osm.pbf")
         try writer.writeNodes(ids: [10, 11, 12, 20, 21], latE7: [481_000_000, 481_001_000, 481_002_000, 481_000_000, 481_000_000], lonE7: [110_000_000, 110_000_000, 110_000_000, 110_001_000, 110_002_000])
         try writer.writeWays([
@@ -139,7 +135,7 @@ import Testing
     }
 
     @Test func pbfAndXMLOfTheSameAreaGiveTheSameIndex() throws {
-        let dir = Self.scratch()
+        let scratch = TempDir(), dir = scratch.path
         let fromPBF = try OSMRoadImport.run(input: Self.osm.appendingPathComponent("helsinki-centre-raw.osm.pbf").path, output: dir + "/a.dbrl")
         let fromXML = try OSMRoadImport.run(input: Self.osm.appendingPathComponent("helsinki-centre.osm").path, output: dir + "/b.dbrl")
         #expect(fromPBF == fromXML)
@@ -149,7 +145,8 @@ import Testing
     }
 
     @Test func theNearestRoadIsLönnrotinkatuWithItsLimit() throws {
-        let (index, _) = try Self.helsinki()
+        let scratch = TempDir()
+        let (index, _) = try Self.helsinki(in: scratch)
         var nearest: (way: Int, distance: Double)?
         // Half-way along its segment 60.1670342, 24.9404377 → 60.1669995, 24.9403394.
         index.forEachSegment(nearLat: 60.16701685, lon: 24.94038855, radiusM: 30) { hit in
@@ -172,7 +169,8 @@ import Testing
     }
 
     @Test func aDriveBesideASlowerRoadKeepsItsOwnLimit() throws {
-        let (index, _) = try Self.helsinki()
+        let scratch = TempDir()
+        let (index, _) = try Self.helsinki(in: scratch)
         var matcher = RoadMatcher()
         var limits: [Double?] = []
         var nearestLimits: Set<Double> = []
@@ -199,7 +197,7 @@ import Testing
     // MARK: Damage
 
     @Test func aTruncatedExtractIsRefusedNamingTheBlockAndTheOldIndexStays() throws {
-        let dir = Self.scratch()
+        let scratch = TempDir(), dir = scratch.path
         let output = dir + "/roads.dbrl"
         let good = Self.osm.appendingPathComponent("helsinki-roads.osm.pbf").path
         _ = try OSMRoadImport.run(input: good, output: output)
@@ -226,7 +224,7 @@ import Testing
     }
 
     @Test func aDamagedIndexIsRefusedOnOpening() throws {
-        let dir = Self.scratch()
+        let scratch = TempDir(), dir = scratch.path
         let output = dir + "/roads.dbrl"
         _ = try OSMRoadImport.run(input: Self.osm.appendingPathComponent("helsinki-centre.osm").path, output: output)
         var bytes = try Data(contentsOf: URL(fileURLWithPath: output))
@@ -242,7 +240,8 @@ import Testing
     // MARK: Scoring
 
     @Test func speedingOnLönnrotinkatuIsJudgedAgainstItsPostedLimit() throws {
-        let (index, _) = try Self.helsinki()
+        let scratch = TempDir()
+        let (index, _) = try Self.helsinki(in: scratch)
         // 16 m/s (57.6 km/h) along its 40 km/h stretch, 320 m: over 40 × 1.1 all the way.
         let start = Date(timeIntervalSince1970: 1_800_000_000)
         let fixes = Self.along(Array(Self.lonnrotinkatu.dropFirst(4)), stepM: 16).enumerated().map { i, p in
@@ -371,7 +370,8 @@ import Testing
     }
 
     @Test func theDriveIsMatchedToItsRoadsAndScoredAgainstTheirLimits() throws {
-        let (index, _) = try RoadLimitsTests.helsinki()
+        let scratch = TempDir()
+        let (index, _) = try RoadLimitsTests.helsinki(in: scratch)
         let drive = try Self.drive()
         #expect(drive.count == 366)
         var matcher = RoadMatcher()

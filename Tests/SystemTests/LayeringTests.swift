@@ -21,7 +21,11 @@ import Testing
         // Into a file: whole once the command has exited, whatever the pipes do.
         let output = scratch + ".json"
         defer { try? FileManager.default.removeItem(atPath: output) }
-        let result = try await run("/bin/sh", ["-c", #"exec swift package --scratch-path "$1" dump-package > "$2""#, "sh", scratch, output], cwd: root)
+        // SwiftPM leaves a lock file for the scratch path in TMPDIR: a folder of ours, removed.
+        let temporary = TempDir()
+        let result = try await run(
+            "/bin/sh", ["-c", #"exec swift package --scratch-path "$1" dump-package > "$2""#, "sh", scratch, output], cwd: root,
+            environment: ProcessInfo.processInfo.environment.merging(["TMPDIR": temporary.path]) { $1 })
         try #require(result.status == 0, "dump-package failed: \(result.stderr)")
         let manifest = try #require(try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: output))) as? [String: Any])
         let entries = try #require(manifest["targets"] as? [[String: Any]])
