@@ -88,7 +88,7 @@ public struct JSONWriter {
     public mutating func number(_ value: Double) {
         precondition(value.isFinite, "JSON has no spelling for \(value)")
         let comma = takeComma()
-        if value == value.rounded(), abs(value) < 1e15 {
+        if value == value.rounded(.towardZero), abs(value) < 1e15 {
             bytes.append(addingCapacity: 22) { out in
                 if comma { out.append(UInt8(ascii: ",")) }
                 out.appendDecimal(Int64(value))
@@ -781,7 +781,10 @@ struct FewDecimals {
         var scale = 10.0
         var power: UInt64 = 10
         for decimals in 1...9 {
-            let scaled = (magnitude * scale).rounded()
+            // To nearest, ties to even: one instruction, where `rounded()`'s ties away from zero is
+            // a call into libm. A tie is never exact (below 2^53 it is a half, not an integer),
+            // so which way one goes makes no difference to what is written.
+            let scaled = (magnitude * scale).rounded(.toNearestOrEven)
             if scaled < 9_007_199_254_740_992, scaled / scale == magnitude {
                 (self.negative, self.digits, self.decimals, self.power) = (value < 0, UInt64(scaled), decimals, power)
                 return
@@ -819,17 +822,22 @@ extension [UInt8] {
 }
 
 extension OutputSpan<UInt8> {
-    /// At most 20 bytes.
+    /// At most 20 bytes, written in place from the last digit back.
     mutating func appendDecimal(_ value: UInt64) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes, room for the 20 digits
-        Swift.withUnsafeMutableBytes(of: &digits) { raw in
-            var rest = value, index = raw.count
+        var count = 1, power: UInt64 = 10
+        while count < 20, value >= power {
+            count += 1
+            if count < 20 { power &*= 10 }
+        }
+        withUnsafeMutableBufferPointer { buffer, initialized in
+            precondition(buffer.count - initialized >= count, "no room made for \(count) digits")
+            var rest = value, index = initialized + count
             repeat {
                 index -= 1
-                raw[index] = UInt8(ascii: "0") + UInt8(rest % 10)
+                buffer[index] = UInt8(ascii: "0") + UInt8(rest % 10)
                 rest /= 10
             } while rest > 0
-            append(copying: UnsafeRawBufferPointer(rebasing: raw[index...]))
+            initialized += count
         }
     }
 

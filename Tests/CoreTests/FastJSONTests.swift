@@ -226,6 +226,18 @@ import Testing
         var bytes: [UInt8] = []
         bytes.appendDecimal(Int64.min)
         #expect(String(decoding: bytes, as: UTF8.self) == "-9223372036854775808")
+        // Every length of number, at both ends of it: the digits are counted before they are written.
+        var power: UInt64 = 1
+        for digits in 1...20 {
+            let lowest: UInt64 = digits == 1 ? 0 : power
+            let highest = digits == 20 ? UInt64.max : power * 10 - 1
+            for value in [lowest, lowest + 1, highest - 1, highest] {
+                bytes = [UInt8(ascii: "x")]
+                bytes.appendDecimal(value)
+                #expect(String(decoding: bytes, as: UTF8.self) == "x" + String(value))
+            }
+            if digits < 20 { power = digits == 1 ? 10 : power * 10 }
+        }
     }
 
     @Test func eventIDsAreVersion8UUIDsUniquePerSeq() {
