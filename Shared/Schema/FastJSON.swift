@@ -88,7 +88,9 @@ public struct JSONWriter {
     public mutating func number(_ value: Double) {
         precondition(value.isFinite, "JSON has no spelling for \(value)")
         let comma = takeComma()
-        if value == value.rounded(.towardZero), abs(value) < 1e15 {
+        // A whole number: compared through Int64 (in range below 1e15), which compiles to two
+        // conversions where `rounded()` calls libm on the baseline x86-64 target.
+        if abs(value) < 1e15, Double(Int64(value)) == value {
             bytes.append(addingCapacity: 22) { out in
                 if comma { out.append(UInt8(ascii: ",")) }
                 out.appendDecimal(Int64(value))
@@ -781,10 +783,7 @@ struct FewDecimals {
         var scale = 10.0
         var power: UInt64 = 10
         for decimals in 1...9 {
-            // To nearest, ties to even: one instruction, where `rounded()`'s ties away from zero is
-            // a call into libm. A tie is never exact (below 2^53 it is a half, not an integer),
-            // so which way one goes makes no difference to what is written.
-            let scaled = (magnitude * scale).rounded(.toNearestOrEven)
+            let scaled = Self.wholeNearest(magnitude * scale)
             if scaled < 9_007_199_254_740_992, scaled / scale == magnitude {
                 (self.negative, self.digits, self.decimals, self.power) = (value < 0, UInt64(scaled), decimals, power)
                 return
@@ -793,6 +792,16 @@ struct FewDecimals {
             power *= 10
         }
         return nil
+    }
+
+    /// `x` (≥ 0) rounded to a whole number, to nearest, ties to even: adding 2^52 leaves no bits
+    /// below the units, and taking it away again is exact; from 2^52 on a double is whole. No
+    /// call into libm, which `rounded()` makes on the baseline x86-64 target. At a tie (the
+    /// product can be exactly k + 0.5 from 2^50 on) the choice can decide whether this digits
+    /// or `description` write the number, but the text is the same either way (tested).
+    @inline(__always)
+    static func wholeNearest(_ x: Double) -> Double {
+        x < 0x1p52 ? (x + 0x1p52) - 0x1p52 : x
     }
 
     /// At most 20 bytes: a sign, nine digits, the point and nine decimals.

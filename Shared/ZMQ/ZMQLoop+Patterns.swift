@@ -117,6 +117,7 @@ extension ZMQLoop {
         keepsNewest: Bool = false,
         reader: Reader
     ) async throws -> AsyncStream<[Reader.Message]> {
+        precondition(batchLimit > 0, "a batch limit of \(batchLimit) would never drain the socket")
         let (stream, continuation) = AsyncStream.makeStream(
             of: [Reader.Message].self, bufferingPolicy: keepsNewest ? .bufferingNewest(bufferLimit) : .bufferingOldest(bufferLimit))
         let id = try await perform { io -> SocketID in
