@@ -797,7 +797,7 @@ struct FewDecimals {
     /// `x` (≥ 0) rounded to a whole number, to nearest, ties to even: adding 2^52 leaves no bits
     /// below the units, and taking it away again is exact; from 2^52 on a double is whole. No
     /// call into libm, which `rounded()` makes on the baseline x86-64 target. At a tie (the
-    /// product can be exactly k + 0.5 from 2^50 on) the choice can decide whether this digits
+    /// product can be exactly k + 0.5 from 2^50 on) the choice can decide whether these digits
     /// or `description` write the number, but the text is the same either way (tested).
     @inline(__always)
     static func wholeNearest(_ x: Double) -> Double {
