@@ -131,9 +131,6 @@ import Testing
         }
     }
 
-    /// Numbers with few decimals are written without `description`: the text must be the very
-    /// one it writes (Foundation's coders write that too), on the shapes phones send, on every
-    /// magnitude, and on random bit patterns.
     /// From 2^50 on, a number times 10^d can be exactly a half (42978556.98799548 × 10^8 is
     /// 4297855698799548.5), and how that tie is rounded decides whether the few-decimals path or
     /// `description` writes the number: the text must be the same either way.
@@ -143,7 +140,7 @@ import Testing
         var values: [Double] = [42978556.98799548, 4351398.708054609, -42978556.98799548]
         var state: UInt64 = 0x2545_F491_4F6C_DD1D
         var scale = 10.0
-        for decimals in 1...9 {
+        for _ in 1...9 {
             for _ in 0..<2_000 {
                 state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
                 let whole = Double((UInt64(1) << 50) + (state >> 13))  // in [2^50, 2^52)
@@ -160,6 +157,9 @@ import Testing
         }
     }
 
+    /// Numbers with few decimals are written without `description`: the text must be the very
+    /// one it writes (Foundation's coders write that too), on the shapes phones send, on every
+    /// magnitude, and on random bit patterns.
     @Test func fewDecimalsAreWrittenAsDescriptionWritesThem() async throws {
         try await offThePool {
             var generator = SystemRandomNumberGenerator()
