@@ -9,7 +9,9 @@ Needs Debian's chromium, chromium-driver and python3-selenium (deploy/setup inst
 """
 import argparse
 import json
+import os
 import sys
+import tempfile
 
 from selenium import webdriver
 from selenium.common.exceptions import TimeoutException
@@ -62,6 +64,9 @@ def main():
     parser.add_argument("--timeout", type=float, default=60)
     args = parser.parse_args()
 
+    # Chromium leaves its singleton folders in TMPDIR after it quits: one of ours, removed at exit.
+    scratch = tempfile.TemporaryDirectory(prefix="drivebus-browser-", ignore_cleanup_errors=True)
+    os.environ["TMPDIR"] = scratch.name
     options = Options()
     for flag in ["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--enable-precise-memory-info",
                  "--window-size=1280,900", "--no-first-run", "--disable-extensions"]:
@@ -128,6 +133,7 @@ def main():
         result["console"] = [entry["message"] for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
     finally:
         driver.quit()
+        scratch.cleanup()
     json.dump(result, sys.stdout)
     print()
 

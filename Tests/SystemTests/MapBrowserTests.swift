@@ -56,12 +56,10 @@ import Testing
 
         // DRIVEBUS_MAP_SCREENSHOT keeps the picture (docs/map.md's was taken so).
         let screenshot = ProcessInfo.processInfo.environment["DRIVEBUS_MAP_SCREENSHOT"] ?? dir.path + "/map.png"
-        // Chromium leaves its singleton folders in TMPDIR: the test's own folder, removed.
-        let inTestFolder = ProcessInfo.processInfo.environment.merging(["TMPDIR": dir.path]) { $1 }
         let browser = try await run("/usr/bin/python3", [
             fixtures.appendingPathComponent("../Browser/map_check.py").standardized.path, "--url", base,
             "--click", "\(middle[0]),\(middle[1])", "--device", "car", "--screenshot", screenshot,
-        ], environment: inTestFolder)
+        ])
         #expect(browser.status == 0, "\(browser.stderr)")
         let seen = try #require(try JSONSerialization.jsonObject(with: Data(browser.stdout.utf8)) as? [String: Any], "\(browser.stdout)")
         #expect(seen["error"] is NSNull, "\(seen)")
@@ -90,7 +88,7 @@ import Testing
         // A link with filters in it (the dashboard's, for one device) opens the map filtered.
         let linked = try await run("/usr/bin/python3", [
             fixtures.appendingPathComponent("../Browser/map_check.py").standardized.path, "--url", base, "--query", "device=bus", "--steps", "",
-        ], environment: inTestFolder)
+        ])
         #expect(linked.status == 0, "\(linked.stderr)")
         let busView = try JSONSerialization.jsonObject(with: Data(linked.stdout.utf8)) as? [String: Any]
         #expect(busView?["trips"] as? Int == trips.filter { $0["device"] as? String == "bus" }.count, "\(busView ?? [:])")
