@@ -173,9 +173,9 @@ public struct BusMessage: Sendable {
     public static func header(_ frame: [UInt8], knownEpoch: String? = nil) throws(EnvelopeError) -> EnvelopeHeader {
         let header: EnvelopeHeader
         do {
-            var reader = JSONReader(frame)
-            header = try EnvelopeHeader(reading: &reader, knownEpoch: knownEpoch)
-            try reader.finish()
+            header = try BusJSON.read(whole: frame) { (reader: inout JSONReader) throws(JSONReader.Failure) in
+                try EnvelopeHeader(reading: &reader, knownEpoch: knownEpoch)
+            }
         } catch {
             throw .header(String(describing: error))
         }

@@ -161,8 +161,7 @@ public struct JSONWriter {
     }
 
     private mutating func separate() {
-        if needsComma { bytes.append(UInt8(ascii: ",")) }
-        needsComma = false
+        if takeComma() { bytes.append(UInt8(ascii: ",")) }
     }
 
     /// Whether a comma goes before the next value, read before `bytes` is opened for writing

@@ -57,8 +57,15 @@ public enum BusJSON {
     }
 
     private static func read<T: FastJSONDecodable>(_ type: T.Type, from bytes: [UInt8]) throws(JSONReader.Failure) -> T {
+        try read(whole: bytes) { (reader: inout JSONReader) throws(JSONReader.Failure) in try T(reading: &reader) }
+    }
+
+    /// The one value `read` makes of `bytes`, which must hold nothing after it but space.
+    static func read<T>(
+        whole bytes: [UInt8], _ read: (inout JSONReader) throws(JSONReader.Failure) -> T
+    ) throws(JSONReader.Failure) -> T {
         var reader = JSONReader(bytes)
-        let value = try T(reading: &reader)
+        let value = try read(&reader)
         try reader.finish()
         return value
     }
