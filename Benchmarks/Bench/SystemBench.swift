@@ -142,7 +142,7 @@ extension BenchSystem {
         var done: Double
         var cpuByProcess: [String: Double]
         var fixes: Int
-        /// The highest sum over the processes, sampled every 100 ms, of `Pss` (what the system
+        /// The highest sum over the processes, sampled every 500 ms, of `Pss` (what the system
         /// costs the machine: pages shared by several processes, such as the Swift runtime, are
         /// divided among them) and of `Rss` (which counts those pages once in every process).
         var peakSummed: MemorySampler.Peak
@@ -190,8 +190,14 @@ final class MemorySampler: Sendable {
 
     private let state = Mutex((peak: Peak(), stopped: false))
     private let finished = DispatchSemaphore(value: 0)
+    /// Signalled by `stop`, so that the sampler does not sleep out its interval first.
+    private let stopping = DispatchSemaphore(value: 0)
 
-    init(processIDs: [Int32], interval: TimeInterval = 0.1) {
+    /// Every 500 ms: the kernel walks every page table of a process for each read of its
+    /// `smaps_rollup`, and at 100 ms the sampler took half the load generator's CPU, 3 % of the
+    /// two cores the system was being measured on. Each process's own peak is exact anyway
+    /// (`VmHWM`, `BenchSystem.peakRSSMegabytes`).
+    init(processIDs: [Int32], interval: TimeInterval = 0.5) {
         Thread.detachNewThread { [self] in
             while !state.withLock({ $0.stopped }) {
                 var sum = Peak()
@@ -209,7 +215,7 @@ final class MemorySampler: Sendable {
                         $0.peak.rssMegabytes = max($0.peak.rssMegabytes, sum.rssMegabytes)
                     }
                 }
-                Thread.sleep(forTimeInterval: interval)
+                _ = stopping.wait(timeout: .now() + interval)
             }
             finished.signal()
         }
@@ -222,7 +228,10 @@ final class MemorySampler: Sendable {
             defer { state.stopped = true }
             return !state.stopped
         }
-        if first { finished.wait() }
+        if first {
+            stopping.signal()
+            finished.wait()
+        }
         let peak = state.withLock { $0.peak }
         return Peak(pssMegabytes: (peak.pssMegabytes * 10).rounded() / 10, rssMegabytes: (peak.rssMegabytes * 10).rounded() / 10)
     }

@@ -2,6 +2,7 @@ import DrivebusConfiguration
 import DrivebusKit
 import DrivebusTestSupport
 import Foundation
+import GRDB
 #if canImport(FoundationNetworking)
 import FoundationNetworking
 #endif
@@ -105,6 +106,34 @@ import Testing
             return again?.status == 200
         })
         #expect(again?.body == daily.body)
+
+        // Restarted without its saved derivations (a state an older build wrote does not decode),
+        // stats derives again from the journal's start, and stores nothing it stored before: a
+        // fix taken out of its database meanwhile (as its own expiry takes one) is not brought
+        // back, and its cursor does not go back either.
+        stats.signal(SIGTERM)
+        #expect(try await stats.exitStatus() == 0, "\(stats.stderr)")
+        let database = try DatabaseQueue(path: config.layout.dataDir + "/drivebus.sqlite")
+        let journalCursor = try await database.write { db in
+            try db.execute(sql: "DELETE FROM cursors WHERE name = 'derivations'")
+            try db.execute(sql: "DELETE FROM fixes WHERE time_ms < (SELECT time_ms FROM fixes ORDER BY time_ms LIMIT 1 OFFSET 100)")
+            return try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'journal'")
+        }
+        #expect(journalCursor == 1526)
+        stats = try Child("drivebus-stats", ["--config", path])
+        try await waitUntilLive(.stats, config: config, child: stats)
+        try await waitUntilCaughtUp(.stats, config: config)
+        #expect(await eventually(within: .seconds(20)) {
+            let body = (try? await http("GET", api + "/trips?device=car"))?.body ?? ""
+            return (((try? JSONSerialization.jsonObject(with: Data(body.utf8))) as? [String: Any])?["trips"] as? [[String: Any]])?.count == 1
+        })
+        let replayed = try await database.read { db in
+            (fixes: try Int.fetchOne(db, sql: "SELECT count(*) FROM fixes"),
+             cursor: try Int64.fetchOne(db, sql: "SELECT value FROM cursors WHERE name = 'journal'"),
+             fixRows: try Int.fetchOne(db, sql: "SELECT count(*) FROM events WHERE type = 'fix'"))
+        }
+        #expect(replayed.fixes == 1425 && replayed.cursor == 1526 && replayed.fixRows == 0, "\(replayed)")
+        try database.close()
 
         let metrics = try await http("GET", "http://127.0.0.1:\(statsPort)/metrics")
         #expect(metrics.status == 200 && metrics.body.contains("drivebus_service_up"))

@@ -33,6 +33,9 @@ final class StatsRecorder: Service, Sendable {
     private let metrics: StatsMetrics
     private let seq = Atomic<UInt64>(0)
     private let journalLive = Atomic<Bool>(false)
+    /// The journal cursor stats started with: a replay below it stores no records, and the
+    /// cursor written after it never goes back below it.
+    private let journalStoredThrough = Atomic<UInt64>(0)
     private let derivations: Mutex<StatsDerivations>
     /// When the derivations were last saved, the bytes that save wrote (which set the gap before
     /// the next), and the journal messages derived since.
@@ -100,6 +103,8 @@ final class StatsRecorder: Service, Sendable {
             }
         }
         seq.store(from, ordering: .relaxed)
+        // Records up to here are stored (or were, and have been purged or expired since).
+        journalStoredThrough.store(try await store.cursor("journal"), ordering: .relaxed)
         let heartbeats = try await context.bus.subscribe(["svc.heartbeat."])
         try await withThrowingDiscardingTaskGroup { group in
             group.addTask {
@@ -177,9 +182,13 @@ final class StatsRecorder: Service, Sendable {
         }
     }
 
-    /// Stores journal messages and what stats derives from them.
+    /// Stores journal messages and what stats derives from them. Those up to
+    /// `journalStoredThrough` were stored before (the derivations resume from a saved state that
+    /// lags the data): they are only derived from, so that a record purged or expired since is
+    /// not brought back.
     private func storeJournal(_ messages: [JournalMessage]) async throws {
         let now = Date()
+        let storedThrough = journalStoredThrough.load(ordering: .relaxed)
         var rows: [StoredEvent] = []
         rows.reserveCapacity(messages.count)
         for message in messages {
@@ -196,9 +205,11 @@ final class StatsRecorder: Service, Sendable {
             } ?? []
             // A record's row carries the time it holds, so that purging or expiring that time
             // finds it (an imported day arrives years after it was recorded).
-            rows.append(StoredEvent(
-                id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: payload?.time ?? now,
-                payload: message.payload, fix: fix))
+            if message.seq > storedThrough {
+                rows.append(StoredEvent(
+                    id: "journal:\(message.seq)", type: message.type, device: message.device, source: "ingest", time: payload?.time ?? now,
+                    payload: message.payload, fix: fix))
+            }
             rows += derived.map { StoredEvent(id: $0.id, type: $0.type, device: $0.device, source: "stats", time: now, payload: $0.payload) }
         }
         guard let last = messages.last?.seq else { return }
@@ -244,9 +255,13 @@ final class StatsRecorder: Service, Sendable {
             defer { pending = PendingRows() }
             return pending
         }
-        guard !batch.rows.isEmpty else { return }
-        try await flush(batch.rows, cursor: "journal", seq: batch.last, state: batch.state)
-        seq.store(batch.last, ordering: .relaxed)
+        // A replay of records stored before can leave nothing to store: the seq moves on all
+        // the same (the database's cursor is already past it).
+        if !batch.rows.isEmpty || batch.state != nil {
+            let cursor = max(batch.last, journalStoredThrough.load(ordering: .relaxed))
+            try await flush(batch.rows, cursor: "journal", seq: cursor, state: batch.state)
+        }
+        if batch.last > 0 { seq.store(batch.last, ordering: .relaxed) }
     }
 
     private func flush(_ rows: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws {

@@ -21,10 +21,11 @@ extension StatsStore {
                 purged.append((table, db.changesCount))
             }
             let inRange: StatementArguments = [device, low, high]
-            // Stats keeps every journal record it stored as an event row too (`journal:<seq>`):
-            // motion, visits and transitions with their whole payload, position included, and
-            // fixes stored before 2026-11-27 with theirs. Those of the purged records are emptied,
-            // not deleted: the row is what makes a record stored again (a replay) change nothing.
+            // Stats keeps every journal record but a stored fix as an event row too
+            // (`journal:<seq>`): motion, visits and transitions with their whole payload, position
+            // included, and so do fixes that could not be stored, and fixes stored before
+            // 2026-11-27 (until 2026-11-28 fixes kept an empty row). Those of the purged records
+            // are emptied, not deleted (a replay stores nothing stored before either way).
             // Found by the time in the payload (rows stored before they carried their record's
             // own time carry when they arrived, and a fix expired before then has no row in
             // `fixes` left to find it by): a scan, but purges are rare. A payload that is not JSON
@@ -157,10 +158,8 @@ extension StatsStore {
         }
     }
 
-    /// What a purged or expired record's journal row keeps of its payload, and a fix's row from
-    /// the start: nothing.
+    /// What a purged or expired record's journal row keeps of its payload: nothing.
     static let emptiedPayload = "CAST('{}' AS BLOB)"
-    static let emptiedPayloadBytes: [UInt8] = Array("{}".utf8)
 
     private static func jsonArray(_ strings: [String]) -> String {
         String(decoding: try! JSONSerialization.data(withJSONObject: strings), as: UTF8.self)
