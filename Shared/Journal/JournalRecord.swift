@@ -99,9 +99,8 @@ public struct JournalRecord: Sendable {
             return nil
         }
         // Strings are escaped, so `"seq":` followed by the placeholder occurs only as the field.
-        let needle = Array(#""seq":\#(placeholder)"#.utf8)
         let start = bytes.withUnsafeBufferPointer { haystack -> Int? in
-            needle.withUnsafeBufferPointer { needle -> Int? in
+            Self.seqPlaceholderField.withUnsafeBufferPointer { needle -> Int? in
                 guard haystack.count >= needle.count else { return nil }
                 for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
                     if memcmp(haystack.baseAddress! + start, needle.baseAddress!, needle.count) == 0 { return start }
@@ -110,8 +109,11 @@ public struct JournalRecord: Sendable {
             }
         }
         guard let start else { return nil }
-        return (bytes, (start + 6)..<(start + needle.count))
+        return (bytes, (start + 6)..<(start + Self.seqPlaceholderField.count))
     }
+
+    /// `"seq":` and the placeholder, made once rather than formatted again for every record.
+    private static let seqPlaceholderField = Array(#""seq":\#(UInt64.max)"#.utf8)
 
     public static func sessionID(device: String, seq: UInt64) -> String { "\(device)-\(seq)" }
 

@@ -58,6 +58,12 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
     }
 
     public init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
+        let start = reader.offset
+        if let fix = Self(readingAsWritten: &reader) {
+            self = fix
+            return
+        }
+        reader.rewind(to: start)
         var seq: UInt64?, device: String?, time: Date?, lat: Double?, lon: Double?, source: FixSource?
         var accuracyM: Double?, altitudeM: Double?, speedMps: Double?, courseDeg: Double?, battery: Double?
         var meta: [String: String]?
@@ -92,6 +98,58 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
         self.init(
             seq: seq, device: device, time: time, lat: lat, lon: lon, accuracyM: accuracyM, altitudeM: altitudeM,
             speedMps: speedMps, courseDeg: courseDeg, battery: battery, source: source, meta: meta)
+    }
+}
+
+extension Fix {
+    /// Reads a fix laid out as `writeJSON` writes it (every journal record and bus message of a
+    /// fix is): its keys in that order, no space, no nulls. Each key is then one comparison of
+    /// bytes where the general reader scans it, packs it and matches it against every name, a
+    /// third of decoding a fix, which every consumer does for every fix. Nil for anything else
+    /// (the reader somewhere inside), which the general reader then reads, or rejects with the
+    /// field named.
+    init?(readingAsWritten reader: inout JSONReader) {
+        var accuracyM: Double?, altitudeM: Double?, battery: Double?, courseDeg: Double?, meta: [String: String]?
+        var seq: UInt64?, speedMps: Double?
+        var fields = 0
+        /// Takes `key` when it comes next, after the comma that separates it from the field before.
+        func next(_ key: StaticString) -> Bool {
+            let at = reader.offset
+            guard fields == 0 || reader.take(",") else { return false }
+            guard reader.take(key) else {
+                reader.rewind(to: at)
+                return false
+            }
+            fields += 1
+            return true
+        }
+        do {
+            guard reader.take("{") else { return nil }
+            if next(#""accuracy_m":"#) { accuracyM = try reader.readDouble() }
+            if next(#""altitude_m":"#) { altitudeM = try reader.readDouble() }
+            if next(#""battery":"#) { battery = try reader.readDouble() }
+            if next(#""course_deg":"#) { courseDeg = try reader.readDouble() }
+            guard next(#""device":"#) else { return nil }
+            let device = try reader.readString()
+            guard next(#""lat":"#) else { return nil }
+            let lat = try reader.readDouble()
+            guard next(#""lon":"#) else { return nil }
+            let lon = try reader.readDouble()
+            if next(#""meta":"#) { meta = try reader.readStringMap() }
+            if next(#""seq":"#) { seq = try reader.readUInt64() }
+            guard next(#""source":"#) else { return nil }
+            let name = try reader.readSymbol()
+            guard let source = FixSource.byName.first(where: { $0.name == name })?.source else { return nil }
+            if next(#""speed_mps":"#) { speedMps = try reader.readDouble() }
+            guard next(#""time":"#) else { return nil }
+            let time = try reader.readDate()
+            guard reader.take("}") else { return nil }
+            self.init(
+                seq: seq, device: device, time: time, lat: lat, lon: lon, accuracyM: accuracyM, altitudeM: altitudeM,
+                speedMps: speedMps, courseDeg: courseDeg, battery: battery, source: source, meta: meta)
+        } catch {
+            return nil
+        }
     }
 }
 

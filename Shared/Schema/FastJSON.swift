@@ -635,6 +635,27 @@ public struct JSONReader {
         return peek()
     }
 
+    /// Where the reader is, to come back to with `rewind(to:)`.
+    var offset: Int { index }
+
+    /// Goes back to an `offset` read before: a reader that tried a document's expected layout
+    /// and found another reads it again the general way.
+    mutating func rewind(to offset: Int) {
+        index = offset
+        currentFieldAt = nil
+    }
+
+    /// Consumes `text` if exactly those bytes come next (no space skipped): a key with its quotes
+    /// and colon, as this project writes them, costs one comparison.
+    @inline(__always)
+    mutating func take(_ text: StaticString) -> Bool {
+        let count = text.utf8CodeUnitCount
+        guard bytes.count - index >= count else { return false }
+        let same = bytes.withUnsafeBufferPointer { memcmp($0.baseAddress! + index, text.utf8Start, count) == 0 }
+        if same { index += count }
+        return same
+    }
+
     /// Checks that nothing but whitespace follows the document.
     public mutating func finish() throws(Failure) {
         skipSpace()

@@ -193,6 +193,49 @@ import Testing
         }
     }
 
+    /// A fix as `writeJSON` writes it, with any of its optional fields, is read by the reader of
+    /// that layout, to the same fix; anything else is left to the general reader, which reads it
+    /// the same or names the field that is wrong.
+    @Test func fixesAsWrittenTakeTheLayoutsReaderAndAnythingElseTheGeneralOne() throws {
+        func asWritten(_ json: [UInt8]) -> Fix? {
+            var reader = JSONReader(json)
+            return Fix(readingAsWritten: &reader)
+        }
+        for present in 0..<128 {
+            func has(_ bit: Int) -> Bool { present & (1 << bit) != 0 }
+            let fix = Fix(
+                seq: has(0) ? 1_234_567 : nil, device: "van-\(present)", time: Date(timeIntervalSince1970: 1_763_700_000.25 + Double(present)),
+                lat: -33.856_784_123, lon: 151.215_297, accuracyM: has(1) ? 4.5 : nil, altitudeM: has(2) ? -2 : nil,
+                speedMps: has(3) ? 1e-7 : nil, courseDeg: has(4) ? 359.9 : nil, battery: has(5) ? 0.5 : nil, source: .allCases[present % 6],
+                meta: has(6) ? ["device_id": "phone \"1\"", "ünï": "🚗"] : nil)
+            let json = BusJSON.encode(fix)
+            #expect(asWritten(json) == fix, "\(String(decoding: json, as: UTF8.self))")
+            #expect(try BusJSON.decode(Fix.self, from: json) == fix)
+            #expect(try BusJSON.decoder().decode(Fix.self, from: Data(json)) == fix)
+        }
+        let expected = Fix(device: "car", time: Date(timeIntervalSince1970: 1_735_700_645), lat: 1.5, lon: -2, speedMps: 3, source: .api)
+        for other in [
+            #"{ "device":"car","lat":1.5,"lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z"}"#,
+            #"{"lat":1.5,"device":"car","lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z"}"#,
+            #"{"battery":null,"device":"car","lat":1.5,"lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z"}"#,
+            #"{"device":"car","extra":[1],"lat":1.5,"lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z"}"#,
+            #"{"device":"van","device":"car","lat":1.5,"lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z"}"#,
+            #"{"device":"car","lat":1.5,"lon":-2,"source":"api","speed_mps":3,"time":"2025-01-01T03:04:05Z" }"#,
+        ] {
+            #expect(asWritten(Array(other.utf8)) == nil, "\(other)")
+            #expect(try BusJSON.decode(Fix.self, from: Array(other.utf8)) == expected, "\(other)")
+        }
+        for (bad, field) in [
+            (#"{"device":"car","lat":"x","lon":-2,"source":"api","time":"2025-01-01T03:04:05Z"}"#, "lat"),
+            (#"{"device":"car","lat":1,"lon":-2,"source":"bus","time":"2025-01-01T03:04:05Z"}"#, "source"),
+            (#"{"device":"car","lat":1,"lon":-2,"source":"api","time":"yesterday"}"#, "time"),
+            (#"{"device":"car","lat":1,"lon":-2,"source":"api"}"#, "time"),
+        ] {
+            let error = #expect(throws: JSONReader.Failure.self) { try BusJSON.decode(Fix.self, from: Array(bad.utf8)) }
+            #expect(error?.field == field, "\(bad): \(String(describing: error))")
+        }
+    }
+
     /// A fix's source is matched by its bytes, escaped or not, and every source has its name.
     @Test func everySourceIsReadByItsName() throws {
         for source in FixSource.allCases {
