@@ -274,6 +274,9 @@ public enum JournalPage {
     /// page fail to read, and a follower replays it); one whose frame does not fit, or that has
     /// none, is read through.
     public static func readElement(_ reader: inout JSONReader) throws(JSONReader.Failure) -> JournalMessage? {
+        let start = reader.offset
+        if let message = readElementAsWritten(&reader) { return message }
+        reader.rewind(to: start)
         var seq: UInt64?, topic: String?, payload: [UInt8]?, payloadBytes: UInt64?
         try reader.readObject { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
             switch key {
@@ -291,6 +294,19 @@ public enum JournalPage {
             }
         }
         guard let seq, let topic, let payload else { return nil }
+        return JournalMessage(seq: seq, topic: topic, payload: payload)
+    }
+
+    /// Reads an element laid out as `appendElement` writes it, each key one comparison of bytes
+    /// (as `Fix(readingAsWritten:)` reads a fix); nil for anything else, which `readElement` then
+    /// reads the general way.
+    private static func readElementAsWritten(_ reader: inout JSONReader) -> JournalMessage? {
+        guard reader.take(#"{"seq":"#), let seq = try? reader.readUInt64(),
+              reader.take(#","topic":"#), let topic = try? reader.readString(),
+              reader.take(#","payload_bytes":"#), let count = try? reader.readUInt64(), count <= UInt64(Int.max),
+              reader.take(#","payload":"#), let payload = try? reader.readRawObject(byteCount: Int(count)),
+              reader.take("}")
+        else { return nil }
         return JournalMessage(seq: seq, topic: topic, payload: payload)
     }
 
