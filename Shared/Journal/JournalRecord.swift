@@ -86,7 +86,7 @@ public struct JournalRecord: Sendable {
     /// The payload with `seq` written as a placeholder, and where its digits are: a fix or a
     /// motion sample is then numbered by splicing digits in, not encoded again.
     func payloadTemplate() -> (bytes: [UInt8], seqDigits: Range<Int>)? {
-        let placeholder = UInt64.max
+        let placeholder = Self.seqPlaceholder
         let bytes: [UInt8]
         switch kind {
         case .fix(var fix):
@@ -113,7 +113,8 @@ public struct JournalRecord: Sendable {
     }
 
     /// `"seq":` and the placeholder, made once rather than formatted again for every record.
-    private static let seqPlaceholderField = Array(#""seq":\#(UInt64.max)"#.utf8)
+    private static let seqPlaceholderField = Array(#""seq":\#(seqPlaceholder)"#.utf8)
+    private static let seqPlaceholder = UInt64.max
 
     public static func sessionID(device: String, seq: UInt64) -> String { "\(device)-\(seq)" }
 

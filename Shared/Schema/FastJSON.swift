@@ -640,10 +640,7 @@ public struct JSONReader {
 
     /// Goes back to an `offset` read before: a reader that tried a document's expected layout
     /// and found another reads it again the general way.
-    mutating func rewind(to offset: Int) {
-        index = offset
-        currentFieldAt = nil
-    }
+    mutating func rewind(to offset: Int) { index = offset }
 
     /// Consumes `text` if exactly those bytes come next (no space skipped): a key with its quotes
     /// and colon, as this project writes them, costs one comparison.

@@ -225,6 +225,14 @@ import Testing
             #expect(asWritten(Array(other.utf8)) == nil, "\(other)")
             #expect(try BusJSON.decode(Fix.self, from: Array(other.utf8)) == expected, "\(other)")
         }
+        // Cut anywhere, a fix is refused by both readers, never read past its end.
+        let whole = BusJSON.encode(Fix(seq: 9, device: "car", time: Date(timeIntervalSince1970: 1_735_700_645), lat: 1.5, lon: -2, accuracyM: 3,
+                                       source: .overland, meta: ["device_id": "x"]))
+        for end in 0..<whole.count {
+            let cut = Array(whole[..<end])
+            #expect(asWritten(cut) == nil)
+            #expect(throws: JSONReader.Failure.self) { try BusJSON.decode(Fix.self, from: cut) }
+        }
         for (bad, field) in [
             (#"{"device":"car","lat":"x","lon":-2,"source":"api","time":"2025-01-01T03:04:05Z"}"#, "lat"),
             (#"{"device":"car","lat":1,"lon":-2,"source":"bus","time":"2025-01-01T03:04:05Z"}"#, "source"),

@@ -412,6 +412,24 @@ extension JSONValue {
         #expect(try await store.emptyExpiredJournalFixRows(before: statsTime("2026-01-01T00:00:00Z")) == 0)
     }
 
+    /// A replay from derivations saved behind the data writes cursors lower than the stored one
+    /// (with what it derived, or the state alone): the cursor stays where it stands, so a crash
+    /// during the replay cannot make the next start store again what was purged meanwhile. The
+    /// derivations' own seq is the state's, whatever it was.
+    @Test func aCursorNeverGoesBack() async throws {
+        let scratch = StatsScratch()
+        let store = try StatsStore(.init(path: scratch.database))
+        let fix = Fix(seq: 10, device: "car", time: statsTime("2025-03-10T08:00:00Z"), lat: 48.2, lon: 16.37, source: .api)
+        try await store.store([statsFixEvent(fix)], cursor: "journal", seq: 10, state: (10, Data("ten".utf8)))
+        try await store.store([], cursor: "journal", seq: 4, state: (4, Data("four".utf8)))
+        #expect(try await store.cursor("journal") == 10)
+        #expect(try await store.journalCursor() == (4, Data("four".utf8)))
+        try await store.store([statsEvent("something.new", id: "e-1", statsJSON(["x": 1]))], cursor: "journal", seq: 7)
+        #expect(try await store.cursor("journal") == 10)
+        try await store.store([], cursor: "journal", seq: 12)
+        #expect(try await store.cursor("journal") == 12)
+    }
+
     /// `retention.raw_fixes_days` (issue 21): the fixes of expired days go, and the daily and
     /// monthly figures they gave (the count, the time away from home) stay exactly as they were.
     @Test func expiredFixesLeaveTheirDaysFiguresAsTheyWere() async throws {

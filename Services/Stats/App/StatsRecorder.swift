@@ -33,8 +33,7 @@ final class StatsRecorder: Service, Sendable {
     private let metrics: StatsMetrics
     private let seq = Atomic<UInt64>(0)
     private let journalLive = Atomic<Bool>(false)
-    /// The journal cursor stats started with: a replay below it stores no records, and the
-    /// cursor written after it never goes back below it.
+    /// The journal cursor stats started with: a replay up to it stores no records.
     private let journalStoredThrough = Atomic<UInt64>(0)
     private let derivations: Mutex<StatsDerivations>
     /// When the derivations were last saved, the bytes that save wrote (which set the gap before
@@ -89,7 +88,8 @@ final class StatsRecorder: Service, Sendable {
         // The derivations resume where their saved state was taken. Without a state that decodes
         // (stats killed before its first save, or a state from an older build) they start from
         // the journal's beginning: fresh derivations fed from the middle would open a trip there.
-        // Rows already stored are stored again unchanged (ids).
+        // Records already stored are only derived from again; derived rows stored again change
+        // nothing (ids).
         var from: UInt64 = 0
         if let state = cursor.state {
             let decoder = JSONDecoder()
@@ -256,10 +256,10 @@ final class StatsRecorder: Service, Sendable {
             return pending
         }
         // A replay of records stored before can leave nothing to store: the seq moves on all
-        // the same (the database's cursor is already past it).
+        // the same (the database's cursor is already past it, and a lower one written with
+        // derived rows or a state leaves it there).
         if !batch.rows.isEmpty || batch.state != nil {
-            let cursor = max(batch.last, journalStoredThrough.load(ordering: .relaxed))
-            try await flush(batch.rows, cursor: "journal", seq: cursor, state: batch.state)
+            try await flush(batch.rows, cursor: "journal", seq: batch.last, state: batch.state)
         }
         if batch.last > 0 { seq.store(batch.last, ordering: .relaxed) }
     }

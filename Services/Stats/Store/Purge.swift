@@ -117,8 +117,8 @@ extension StatsStore {
                             last_lon = CASE WHEN excluded.last_ms > coalesce(last_ms, excluded.last_ms - 1) THEN excluded.last_lon ELSE last_lon END,
                             last_ms = max(coalesce(last_ms, excluded.last_ms), excluded.last_ms)
                         """, arguments: [device, day, figures?.fixes ?? 0, figures?.awayFromHomeS, last?[0] as Int64?, last?[1] as Double?, last?[2] as Double?])
-                    // The fixes' own event rows (`journal:<seq>`) are emptied of their payloads; the
-                    // rows stay, so that the fixes stored again by a replay change nothing.
+                    // Fixes stored before 2026-11-28 have event rows of their own (`journal:<seq>`):
+                    // those still holding a payload (before 2026-11-27) are emptied of it.
                     try db.execute(sql: """
                         UPDATE events SET payload = \(StatsStore.emptiedPayload)
                         WHERE id IN (SELECT 'journal:' || seq FROM fixes WHERE device = ? AND time_ms >= ? AND time_ms < ? AND seq IS NOT NULL)

@@ -79,7 +79,7 @@ public final class StatsStore: Sendable {
     public struct Summary: Sendable, Equatable {
         /// Events new to the database.
         public var inserted = 0
-        /// Events whose id was already stored: replays and re-sends.
+        /// Events whose id was already stored, and fixes whose key (device, time, place) was.
         public var duplicates = 0
         /// Heartbeats, which are not kept.
         public var skipped = 0
@@ -114,8 +114,9 @@ public final class StatsStore: Sendable {
         try StatsSchema.migrator.migrate(pool)
     }
 
-    /// Stores a batch in one transaction. Idempotent by event id: a replayed or re-sent event
-    /// changes nothing. Blocks the calling thread for the commit.
+    /// Stores a batch in one transaction. Idempotent by event id, and a fix by its key: storing
+    /// again changes nothing, except that a fix purged or expired in between comes back (the
+    /// recorder stores no record twice for that reason). Blocks the calling thread for the commit.
     @discardableResult
     public func store(_ batch: [StoredEvent]) throws -> Summary {
         try pool.write { db in try Projector.store(batch, in: db, mapTiles: configuration.mapTiles) }
@@ -131,7 +132,8 @@ public final class StatsStore: Sendable {
     /// database is its own checkpoint, so a crash can never record a seq whose data is missing.
     /// `state` is the caller's own state (the stats service's derivations) as of `state.seq`,
     /// kept in the same transaction for the same reason. It can lag the data: replaying from its
-    /// seq re-stores data that is already there, which changes nothing.
+    /// seq derives again from records stored before, which the recorder does not store again.
+    /// A cursor never goes back: one written lower than it stands is kept where it stands.
     @discardableResult
     public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
         try await store(batch, cursor: "journal", seq: journalSeq, state: state)
@@ -144,7 +146,7 @@ public final class StatsStore: Sendable {
         try await pool.write { db in
             let summary = try Projector.store(batch, in: db, mapTiles: configuration.mapTiles)
             try db.execute(
-                sql: "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = excluded.value",
+                sql: "INSERT INTO cursors (name, value) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET value = max(value, excluded.value)",
                 arguments: [cursor, Int64(seq)])
             if let state {
                 try db.execute(
