@@ -202,21 +202,9 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
         while next < messages.endIndex {
             let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
                 let runEnd = min(messages.endIndex, next + Self.applyRun)
-                while next < runEnd {
-                    let message = messages[next]
-                    next += 1
-                    // Strictly in order: a message after a gap is never applied before the gap is filled.
-                    guard message.seq == checkpoint.lastSeq + 1, !poisoned.load(ordering: .relaxed) else { continue }
-                    let events = try poisonOnFailure { try apply(&checkpoint.core, message, live) }
-                    checkpoint.lastSeq = message.seq
-                    seq.store(message.seq, ordering: .relaxed)
-                    changes.add(1, ordering: .relaxed)
-                    if !events.isEmpty {
-                        unjournaled.add(1, ordering: .relaxed)
-                        return events
-                    }
-                }
-                return []
+                // The core and seq are taken out of the checkpoint once for the run: reached through
+                // the generic `Checkpoint` inside the loop, each message looked its type up again.
+                return try applyRun(messages[next..<runEnd], to: &checkpoint.core, lastSeq: &checkpoint.lastSeq, live: live, next: &next)
             }
             try await journal(events)
             // Checkpoint right after journaling what a message produced, so that a restart has less
@@ -227,6 +215,27 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
                 saveCheckpoint(prompt: true)
             }
         }
+    }
+
+    /// Applies `messages` in order until one derives events, which it returns; `next` moves past
+    /// each message taken. Runs under the state lock.
+    private func applyRun(
+        _ messages: ArraySlice<JournalMessage>, to core: inout Core, lastSeq: inout UInt64, live: Bool, next: inout Int
+    ) throws -> [DerivedEvent] {
+        for message in messages {
+            next += 1
+            // Strictly in order: a message after a gap is never applied before the gap is filled.
+            guard message.seq == lastSeq + 1, !poisoned.load(ordering: .relaxed) else { continue }
+            let events = try poisonOnFailure { try apply(&core, message, live) }
+            lastSeq = message.seq
+            seq.store(message.seq, ordering: .relaxed)
+            changes.add(1, ordering: .relaxed)
+            if !events.isEmpty {
+                unjournaled.add(1, ordering: .relaxed)
+                return events
+            }
+        }
+        return []
     }
 
     /// The most messages applied under one taking of the state lock.
