@@ -38,9 +38,9 @@ extension StreamSource where Record == JournalMessage {
     /// ingest publishes for each commit (`JournalBroadcast`).
     public static var journal: StreamSource {
         StreamSource(
-            // A page holds up to 16 KB: 400 in the socket and 64 batches of 16 after it are at
+            // A page holds up to 32 KB: 200 in the socket and 64 batches of 8 after it are at
             // most about 23 MB.
-            name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", backlog: (400, 16),
+            name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", backlog: (200, 8),
             records: { message in try JournalPage.records(in: message) },
             replay: { bus, from, limit in
                 let page = try await ReplayPage.fetch(from: from, limit: limit, bus: bus)

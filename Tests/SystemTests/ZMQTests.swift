@@ -399,7 +399,7 @@ struct Messages {
 }
 
 /// What ingest's journal puts on the bus for each commit: every record alone (external tools'
-/// topics) and the same records in pages of at most 16 KB, which journal followers read.
+/// topics) and the same records in pages of at most 32 KB, which journal followers read.
 @Suite struct JournalBroadcastTests {
     @Test(.timeLimit(.minutes(1))) func aCommitGoesOutRecordByRecordAndInPagesWithTheJournalsBytes() async throws {
         let dir = TempDir()
