@@ -42,12 +42,12 @@ public final class Broker: Service, Sendable {
                 frontend = try ZMQSocket(context, .xsub)
                 backend = try ZMQSocket(context, .xpub)
                 // Room for bursts; beyond it PUB/SUB drops and consumers replay. Per subscriber
-                // that lags (a fast import), the bus holds at most 1,000 messages for it: a
-                // journal page is up to 32 KB, so that is 32 MB at most, and the subscriber's
+                // that lags (a fast import), the bus holds at most 2,000 messages for it: a
+                // journal page is up to 32 KB, so that is 64 MB at most, and the subscriber's
                 // own queue comes after it. From each publisher it takes up to 20,000 while
                 // the proxy thread is behind (it forwards far faster than ingest publishes).
                 try frontend.setHighWaterMarks(send: 20_000, receive: 20_000)
-                try backend.setHighWaterMarks(send: 1_000, receive: 1_000)
+                try backend.setHighWaterMarks(send: 2_000, receive: 2_000)
                 if let curve = endpoints.in.curve { try frontend.setCurve(curve) }
                 if let curve = endpoints.out.curve { try backend.setCurve(curve) }
                 try frontend.bind(endpoints.in.address)

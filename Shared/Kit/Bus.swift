@@ -23,9 +23,10 @@ public final class BusClient: Sendable {
         // catches up; linger lets the last messages out at shutdown.
         // An XPUB: the broker passes every subscription on, so messages nobody subscribed to are
         // not even made (ingest's record-by-record topics, when only journal pages are followed).
-        // 5,000 messages: a journal page is up to 32 KB, so at most 160 MB while the broker lags.
+        // 10,000 messages: a journal page is up to 32 KB, so at most 320 MB while the broker lags
+        // (its proxy thread forwards far faster than ingest publishes).
         let socket = try await loop.openPublishingSocket(
-            connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 5_000, learnsSubscriptions: true)
+            connect: endpoints.in, lingerMilliseconds: 2000, highWaterMark: 10_000, learnsSubscriptions: true)
         return Publisher(source: source, socket: socket)
     }
 
