@@ -39,8 +39,9 @@ extension StreamSource where Record == JournalMessage {
     public static var journal: StreamSource {
         StreamSource(
             // A page holds up to 32 KB: 400 in the socket and 64 batches of 16 after it are at
-            // most about 46 MB. (With half as many, the batched system dropped pages and
-            // replayed them; a 500 MB import's peak memory was the same either way.)
+            // most about 46 MB. (With half as many, the batched system was slower, ingest busier,
+            // as pages dropped and replayed would make it; a 500 MB import's peak memory was the
+            // same either way.)
             name: "journal", service: .ingest, topics: [JournalPage.type], heartbeatKey: "journal", backlog: (400, 16),
             records: { message in try JournalPage.records(in: message) },
             replay: { bus, from, limit in
