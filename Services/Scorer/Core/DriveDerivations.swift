@@ -42,8 +42,22 @@ public struct DriveDerivations: Codable, Sendable {
         self.scorer = DriveScorer(configuration: scorer)
     }
 
+    /// What one journal message or tick derived: the score events, and the trip events made
+    /// only when asked for (the scorer publishes none, and a trip's end event holds its track).
+    public struct Derived {
+        public let scores: [DerivedEvent]
+        private let tripOutputs: [TripsOutput]
+
+        init(tripOutputs: [TripsOutput], scores: [DerivedEvent]) {
+            self.tripOutputs = tripOutputs
+            self.scores = scores
+        }
+
+        public var trips: [DerivedEvent] { tripOutputs.compactMap(\.derived) }
+    }
+
     /// The trip events and the score events one journal message causes.
-    public mutating func handle(_ payload: JournalPayload, arrivedAt: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+    public mutating func handle(_ payload: JournalPayload, arrivedAt: Date) -> Derived {
         var scored: [ScorerOutput] = []
         switch payload {
         case .fix(let fix): scored += scorer.handle(.fix(fix))
@@ -52,17 +66,17 @@ public struct DriveDerivations: Codable, Sendable {
         case .motion, .importFinished, .transition, .checkin, .visit: break
         }
         let tripsInput = TripsInput(payload)
-        guard let tripsInput else { return ([], scored.compactMap(\.derived)) }
+        guard let tripsInput else { return Derived(tripOutputs: [], scores: scored.compactMap(\.derived)) }
         return feed(segmenter.handle(tripsInput, arrivedAt: arrivedAt), scored)
     }
 
-    public mutating func tick(_ now: Date) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+    public mutating func tick(_ now: Date) -> Derived {
         feed(segmenter.handle(.tick(now: now)), [])
     }
 
-    private mutating func feed(_ outputs: [TripsOutput], _ scored: [ScorerOutput]) -> (trips: [DerivedEvent], scores: [DerivedEvent]) {
+    private mutating func feed(_ outputs: [TripsOutput], _ scored: [ScorerOutput]) -> Derived {
         var scored = scored
         for trip in outputs.compactMap(\.scorerInput) { scored += scorer.handle(trip) }
-        return (outputs.compactMap(\.derived), scored.compactMap(\.derived))
+        return Derived(tripOutputs: outputs, scores: scored.compactMap(\.derived))
     }
 }
