@@ -14,7 +14,7 @@ import Synchronization
 ///   on its PUB itself, the subscriber's I/O thread hands frames over an `AsyncStream`, and the
 ///   consumer decodes header and `Fix`;
 /// - `journal_pages`: the same fixes the way journal followers now take them, in `journal.page`
-///   messages of up to 16 KB, as ingest publishes a commit of Overland batches of 100; the
+///   messages of up to 32 KB, as ingest publishes a commit of Overland batches of 100; the
 ///   consumer reads each page and decodes every `Fix`. Counted in fixes, against raw's messages.
 struct BusBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(commandName: "bus", abstract: "Measure the bus: raw libzmq, the Swift wrapper, full envelopes.")
@@ -196,7 +196,7 @@ struct BusBench: AsyncParsableCommand {
     }
 
     /// The fixes as ingest publishes a commit of one Overland batch of 100 for its followers:
-    /// its records, in pages of up to 16 KB.
+    /// its records, in pages of up to 32 KB.
     private func journalPagesCase(endpoint: String) async throws -> Double {
         try await fixesCase(endpoint: endpoint, prefixes: [JournalPage.type]) { publisher, fixes in
             var page = JournalPage.Builder()

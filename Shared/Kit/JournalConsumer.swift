@@ -195,13 +195,13 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
 
     /// Applies a group of messages in order, taking the state lock once for a run of them rather
     /// than once a message (a page of fixes is a hundred). A run ends at a message that derived
-    /// events, which are journaled before the next is applied, or after `applyRun` messages, so
+    /// events, which are journaled before the next is applied, or after `maxRun` messages, so
     /// that a tick or an RPC reading the state never waits long.
     private func apply(_ messages: [JournalMessage], live: Bool) async throws {
         var next = messages.startIndex
         while next < messages.endIndex {
             let events = try state.withLock { checkpoint throws -> [DerivedEvent] in
-                let runEnd = min(messages.endIndex, next + Self.applyRun)
+                let runEnd = min(messages.endIndex, next + Self.maxRun)
                 // The core and seq are taken out of the checkpoint once for the run: reached through
                 // the generic `Checkpoint` inside the loop, each message looked its type up again.
                 return try applyRun(messages[next..<runEnd], to: &checkpoint.core, lastSeq: &checkpoint.lastSeq, live: live, next: &next)
@@ -239,7 +239,7 @@ public final class JournalConsumer<Core: Codable & Sendable>: Service, Sendable 
     }
 
     /// The most messages applied under one taking of the state lock.
-    private static var applyRun: Int { 256 }
+    private static var maxRun: Int { 256 }
 
     /// Runs a step under the state lock; if it throws, the core may be half changed, so nothing
     /// is checkpointed from then on.

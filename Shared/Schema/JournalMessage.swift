@@ -220,7 +220,7 @@ public enum JournalPage {
     /// queues count messages, not bytes, so this bounds what a lagging follower's queue holds.
     /// 32 KB holds a batch of a hundred fixes from a phone in one page: at 16 KB it took two,
     /// and every message costs the bus and each follower the same whatever it holds (the batched
-    /// system ran 7 % faster).
+    /// system ran 84,212 → 90,449 fixes/s, medians of three alternating; README).
     public static let maxBytes = 32 * 1024
 
     /// A live page's payload: `{"messages":[…]}`.

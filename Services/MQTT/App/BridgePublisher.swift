@@ -86,10 +86,11 @@ struct BridgePublisher: Service {
 
     func run() async throws {
         let busEvents = try await bus.subscribe(HomeAssistantBridge.eventPrefixes)
-        // Positions on a subscription of their own, sized for journal pages of up to 16 KB: at
-        // most 2,000 in the socket and 64 groups of 64 after it. Only the latest position
-        // matters, so under a flood the oldest pages are the ones dropped, and never an event.
-        let pages = try await bus.subscribe([JournalPage.type], highWaterMark: 2_000, bufferLimit: 64, batchLimit: 64, keepsNewest: true)
+        // Positions on a subscription of their own, sized for journal pages of up to 32 KB: at
+        // most 2,000 in the socket and 64 groups of 32 after it, about 130 MB at the very most
+        // (64 groups of 64 pages of 16 KB were about 100 MB). Only the latest position matters, so under a flood
+        // the oldest pages are the ones dropped, and never an event.
+        let pages = try await bus.subscribe([JournalPage.type], highWaterMark: 2_000, bufferLimit: 64, batchLimit: 32, keepsNewest: true)
         let http = HTTPClient(eventLoopGroup: HTTPClient.defaultEventLoopGroup)
         let refresh = TodayRefresh()
         await withDiscardingTaskGroup { group in

@@ -44,7 +44,7 @@ public struct DriveDerivations: Codable, Sendable {
 
     /// What one journal message or tick derived: the score events, and the trip events made
     /// only when asked for (the scorer publishes none, and a trip's end event holds its track).
-    public struct Derived {
+    public struct Derived: Sendable {
         public let scores: [DerivedEvent]
         private let tripOutputs: [TripsOutput]
 
@@ -53,6 +53,7 @@ public struct DriveDerivations: Codable, Sendable {
             self.scores = scores
         }
 
+        /// Encoded each time it is read.
         public var trips: [DerivedEvent] { tripOutputs.compactMap(\.derived) }
     }
 

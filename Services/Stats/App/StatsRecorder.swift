@@ -199,8 +199,8 @@ final class StatsRecorder: Service, Sendable {
             let derived: [DerivedEvent] = payload.map { payload in
                 derivations.withLock { derivations in
                     if roadLimits.differs(from: derivations.scorer.roadLimits) { derivations.scorer.roadLimits = roadLimits.current }
-                    let derived = derivations.handle(payload, arrivedAt: now)
-                    return derived.trips + derived.scores
+                    let events = derivations.handle(payload, arrivedAt: now)
+                    return events.trips + events.scores
                 }
             } ?? []
             // A record's row carries the time it holds, so that purging or expiring that time
