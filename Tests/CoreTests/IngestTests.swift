@@ -375,6 +375,25 @@ struct IngestHarness {
         harness.journal.shutdown()
     }
 
+    /// Each location of a batch carries the activities of its moment: a run of one activity is one
+    /// change, started at the run's first location, and a later batch that goes on with it adds none.
+    @Test func aRunOfOneActivityInABatchIsOneChange() async throws {
+        let harness = try IngestHarness()
+        func batch(_ activities: [String], from first: Int) -> String {
+            let locations = activities.enumerated().map { index, activity in
+                #"{"geometry":{"coordinates":[16.37,48.2\#(first + index)]},"properties":{"timestamp":"2025-01-01T00:00:0\#(first + index)Z","motion":["\#(activity)"]}}"#
+            }
+            return #"{"locations":[\#(locations.joined(separator: ","))]}"#
+        }
+        #expect(await harness.send("POST", "/overland", body: batch(["driving", "driving", "walking", "walking", "driving"], from: 0)).status == 200)
+        #expect(await harness.send("POST", "/overland", body: batch(["driving", "stationary"], from: 5)).status == 200)
+        let motion = harness.published.all.filter { $0.topic == "motion.car" }.map { try! BusJSON.decode(MotionSample.self, from: $0.payload) }
+        #expect(motion.map(\.activity) == [.automotive, .walking, .automotive, .stationary])
+        #expect(motion.map(\.start) == [0, 2, 4, 6].map { date("2025-01-01T00:00:0\($0)Z") })
+        #expect(harness.published.fixes.count == 7)
+        harness.journal.shutdown()
+    }
+
     @Test func overlandKeepsWhatBecomesAFixAndReadsTheRestPastIt() async throws {
         let harness = try IngestHarness()
         // Fields nobody reads (nested as deep as allowed, escaped, repeated), numbers as strings, a key spelled with

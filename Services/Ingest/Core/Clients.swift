@@ -127,7 +127,12 @@ struct ClientParsers: Sendable {
             records.append(JournalRecord(.fix(fix)))
             if let motion = try JSONFields.array(properties.motion, path: path, key: "properties.motion") {
                 let names = motion.compactMap { value -> String? in if case .string(let name) = value { name } else { nil } }
-                samples.append(MotionSample(device: device, start: fix.time, activity: Self.overlandActivity(names), confidence: .medium, source: .overland))
+                let activity = Self.overlandActivity(names)
+                // A run of one activity is one change: `MotionChanges` would leave the rest out
+                // (a batch of a hundred locations made a hundred samples, to drop ninety-nine).
+                if samples.last?.activity != activity {
+                    samples.append(MotionSample(device: device, start: fix.time, activity: activity, confidence: .medium, source: .overland))
+                }
             }
         }
         // Appended in place: `records + …` would copy every fix into a new array.
