@@ -36,7 +36,13 @@ extension EnvelopeHeader: FastJSONDecodable {
 extension FixSource {
     /// Every source by its name as packed bytes: matched without a `String` or the generic
     /// string `switch` that `init(rawValue:)` makes (every consumer reads every fix's source).
-    static let byName = allCases.map { (name: JSONKey($0.rawValue), source: $0) }
+    private static let byName = allCases.map { (name: JSONKey($0.rawValue), source: $0) }
+
+    /// The source whose name `name` is; nil for none.
+    init?(named name: JSONKey) {
+        guard let known = Self.byName.first(where: { $0.name == name })?.source else { return nil }
+        self = known
+    }
 }
 
 extension Fix: FastJSONEncodable, FastJSONDecodable {
@@ -83,7 +89,7 @@ extension Fix: FastJSONEncodable, FastJSONDecodable {
             case "meta": meta = try reader.readStringMap()
             case "source":
                 let name = try reader.readSymbol()
-                guard let known = FixSource.byName.first(where: { $0.name == name })?.source else {
+                guard let known = FixSource(named: name) else {
                     throw reader.failure("unknown source \"\(name)\"")
                 }
                 source = known
@@ -114,12 +120,7 @@ extension Fix {
         var fields = 0
         /// Takes `key` when it comes next, after the comma that separates it from the field before.
         func next(_ key: StaticString) -> Bool {
-            let at = reader.offset
-            guard fields == 0 || reader.take(",") else { return false }
-            guard reader.take(key) else {
-                reader.rewind(to: at)
-                return false
-            }
+            guard reader.take(key, afterComma: fields > 0) else { return false }
             fields += 1
             return true
         }
@@ -139,7 +140,7 @@ extension Fix {
             if next(#""seq":"#) { seq = try reader.readUInt64() }
             guard next(#""source":"#) else { return nil }
             let name = try reader.readSymbol()
-            guard let source = FixSource.byName.first(where: { $0.name == name })?.source else { return nil }
+            guard let source = FixSource(named: name) else { return nil }
             if next(#""speed_mps":"#) { speedMps = try reader.readDouble() }
             guard next(#""time":"#) else { return nil }
             let time = try reader.readDate()

@@ -639,17 +639,21 @@ public struct JSONReader {
     var offset: Int { index }
 
     /// Goes back to an `offset` read before: a reader that tried a document's expected layout
-    /// and found another reads it again the general way.
+    /// and found another reads it again the general way. (Not a closure that returns what it
+    /// read: a fix passed back through one cost 4 % of decoding it.)
     mutating func rewind(to offset: Int) { index = offset }
 
-    /// Consumes `text` if exactly those bytes come next (no space skipped): a key with its quotes
-    /// and colon, as this project writes them, costs one comparison.
+    /// Consumes `text`, after a comma when `afterComma`, if exactly those bytes come next (no
+    /// space skipped): a key with its quotes and colon, as this project writes them, costs one
+    /// comparison, and nothing is consumed when it is not there.
     @inline(__always)
-    mutating func take(_ text: StaticString) -> Bool {
-        let count = text.utf8CodeUnitCount
-        guard bytes.count - index >= count else { return false }
-        let same = bytes.withUnsafeBufferPointer { memcmp($0.baseAddress! + index, text.utf8Start, count) == 0 }
-        if same { index += count }
+    mutating func take(_ text: StaticString, afterComma: Bool = false) -> Bool {
+        let comma = afterComma ? 1 : 0, count = text.utf8CodeUnitCount
+        guard bytes.count - index >= comma + count else { return false }
+        let same = bytes.withUnsafeBufferPointer { buffer in
+            (!afterComma || buffer[index] == UInt8(ascii: ",")) && memcmp(buffer.baseAddress! + index + comma, text.utf8Start, count) == 0
+        }
+        if same { index += comma + count }
         return same
     }
 

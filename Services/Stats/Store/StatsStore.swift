@@ -128,19 +128,13 @@ public final class StatsStore: Sendable {
         try await pool.write { db in try Projector.store(batch, in: db, mapTiles: configuration.mapTiles) }
     }
 
-    /// Stores a batch and, in the same transaction, the last journal seq it completes: the
-    /// database is its own checkpoint, so a crash can never record a seq whose data is missing.
-    /// `state` is the caller's own state (the stats service's derivations) as of `state.seq`,
-    /// kept in the same transaction for the same reason. It can lag the data: replaying from its
-    /// seq derives again from records stored before, which the recorder does not store again.
-    /// A cursor never goes back: one written lower than it stands is kept where it stands.
-    @discardableResult
-    public func store(_ batch: [StoredEvent], journalSeq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
-        try await store(batch, cursor: "journal", seq: journalSeq, state: state)
-    }
-
     /// Stores a batch and, in the same transaction, the seq it completes in the stream named
-    /// `cursor` (`journal`, `events.trips`…).
+    /// `cursor` (`journal`, `events.trips`…): the database is its own checkpoint, so a crash can
+    /// never record a seq whose data is missing. A cursor never goes back: one written lower than
+    /// it stands is kept where it stands. `state` is the caller's own state (the stats service's
+    /// derivations) as of `state.seq`, kept in the same transaction for the same reason. It can
+    /// lag the data: replaying from its seq derives again from records stored before, which the
+    /// recorder does not store again.
     @discardableResult
     public func store(_ batch: [StoredEvent], cursor: String, seq: UInt64, state: (seq: UInt64, data: Data)? = nil) async throws -> Summary {
         try await pool.write { db in
