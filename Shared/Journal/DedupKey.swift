@@ -34,21 +34,33 @@ struct DedupKey: Hashable, Sendable {
         self.milliseconds = milliseconds
     }
 
+    /// The digest hashes the device's length and bytes, the time and `a` and `b`, little-endian.
+    /// Those bytes are laid out on the stack: in a new array (and the device's in another, for
+    /// `deviceHash`) they were two of the few allocations ingest makes for each fix.
     private init(device: String, milliseconds: Int64, a: UInt64, b: UInt64) {
-        var fields = [UInt8]()
-        fields.reserveCapacity(device.utf8.count + 32)
-        fields.appendLittleEndian(UInt64(device.utf8.count))
-        fields.append(contentsOf: device.utf8)
-        fields.appendLittleEndian(UInt64(bitPattern: milliseconds))
-        fields.appendLittleEndian(a)
-        fields.appendLittleEndian(b)
-        digest = Digest(high: SipHash24.hash(fields, key: SipHash24.digestHigh), low: SipHash24.hash(fields, key: SipHash24.digestLow))
-        deviceHash = Self.deviceHash(device)
+        var device = device
+        (digest, deviceHash) = device.withUTF8 { deviceBytes in
+            let count = 8 + deviceBytes.count + 24
+            let digest = withUnsafeTemporaryAllocation(byteCount: count, alignment: 8) { fields in
+                fields.storeBytes(of: UInt64(deviceBytes.count).littleEndian, toByteOffset: 0, as: UInt64.self)
+                UnsafeMutableRawBufferPointer(rebasing: fields[8..<(8 + deviceBytes.count)]).copyMemory(from: UnsafeRawBufferPointer(deviceBytes))
+                let words = 8 + deviceBytes.count
+                fields.storeBytes(of: UInt64(bitPattern: milliseconds).littleEndian, toByteOffset: words, as: UInt64.self)
+                fields.storeBytes(of: a.littleEndian, toByteOffset: words + 8, as: UInt64.self)
+                fields.storeBytes(of: b.littleEndian, toByteOffset: words + 16, as: UInt64.self)
+                let bytes = UnsafeRawBufferPointer(fields)
+                return Digest(high: SipHash24.hash(bytes, key: SipHash24.digestHigh), low: SipHash24.hash(bytes, key: SipHash24.digestLow))
+            }
+            return (digest, SipHash24.hash(UnsafeRawBufferPointer(deviceBytes), key: SipHash24.device))
+        }
         self.milliseconds = milliseconds
     }
 
     /// The device's part of the index by device and time.
-    static func deviceHash(_ device: String) -> UInt64 { SipHash24.hash(Array(device.utf8), key: SipHash24.device) }
+    static func deviceHash(_ device: String) -> UInt64 {
+        var device = device
+        return device.withUTF8 { SipHash24.hash(UnsafeRawBufferPointer($0), key: SipHash24.device) }
+    }
 
     static func milliseconds(_ date: Date) -> Int64 { Int64((date.timeIntervalSince1970 * 1000).rounded()) }
 
@@ -111,11 +123,13 @@ enum SipHash24 {
     static let field: Key = (0x6472_6976_6562_7573, 0x6669_656c_6400_0004)
 
     static func hash(_ bytes: [UInt8], key: Key) -> UInt64 {
+        bytes.withUnsafeBytes { hash($0, key: key) }
+    }
+
+    static func hash(_ bytes: UnsafeRawBufferPointer, key: Key) -> UInt64 {
         var state = State(key: key)
         let whole = bytes.count / 8 * 8
-        bytes.withUnsafeBytes { raw in
-            for at in stride(from: 0, to: whole, by: 8) { state.compress(UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: at, as: UInt64.self))) }
-        }
+        for at in stride(from: 0, to: whole, by: 8) { state.compress(UInt64(littleEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))) }
         var last = UInt64(truncatingIfNeeded: bytes.count) << 56
         for (shift, byte) in bytes[whole...].enumerated() { last |= UInt64(byte) << (8 * UInt64(shift)) }
         state.compress(last)

@@ -493,6 +493,8 @@ struct IngestHarness {
         ("/overland", #"{"locations":[{"geometry":{"coordinates":{"lon":1}},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland coordinates not a list", 400, "locations[0].geometry.coordinates"),
         ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,null]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland latitude null", 400, "locations[0].geometry.coordinates[1]"),
         ("/overland", #"{"locations":[{"geometry":{"coordinates":[true,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland longitude a bool", 400, "locations[0].geometry.coordinates[0]"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":"1,2"},"properties":{"timestamp":"2025-01-01T00:00:00Z"}}]}"#, "overland coordinates a string", 400, "locations[0].geometry.coordinates"),
+        ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,2]},"properties":{"timestamp":"2025-01-01T00:00:00Z","motion":"driving"}}]}"#, "overland motion not a list", 400, "locations[0].properties.motion"),
         ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z","motion":"driving"}}]}"#, "overland motion not a list", 400, "locations[0].properties.motion"),
         ("/overland", #"{"locations":[{"geometry":{"coordinates":[1,1]},"properties":{"timestamp":"2025-01-01T00:00:00Z","speed":[]}}]}"#, "overland speed a list", 400, "locations[0].properties.speed"),
         ("/owntracks", #"{"_type":"location","lat":1,"lon":2}"#, "owntracks tst", 400, "tst"),

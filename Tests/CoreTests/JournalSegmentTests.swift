@@ -33,6 +33,25 @@ import Testing
         #expect(SipHash24.hash([], key: key) == 0x726f_db47_dd0e_0e31)
     }
 
+    /// Sealed segments keep these digests on disk: the key laid out on the stack must hash the
+    /// same bytes as the arrays it was built in before (the device's length and bytes, the time
+    /// in milliseconds, latitude and longitude, each little-endian).
+    @Test func dedupKeysHashTheBytesTheyAlwaysHashed() {
+        for device in ["car", "", "a-device-name-longer-than-sixteen-bytes", "Käfer"] {
+            let fix = Fix(device: device, time: Date(timeIntervalSince1970: 1_700_000_000.123), lat: 48.2, lon: -0.0, source: .overland)
+            var fields: [UInt8] = []
+            fields.appendLittleEndian(UInt64(device.utf8.count))
+            fields += device.utf8
+            fields.appendLittleEndian(UInt64(bitPattern: 1_700_000_000_123))
+            fields.appendLittleEndian((48.2).bitPattern)
+            fields.appendLittleEndian(0)
+            let key = DedupKey(fix)
+            #expect(key.digest == .init(high: SipHash24.hash(fields, key: SipHash24.digestHigh), low: SipHash24.hash(fields, key: SipHash24.digestLow)), "\(device)")
+            #expect(key.deviceHash == SipHash24.hash(Array(device.utf8), key: SipHash24.device), "\(device)")
+            #expect(key.deviceHash == DedupKey.deviceHash(device))
+        }
+    }
+
     @Test func segmentsAreSealedAndEverythingSurvivesARestartExactly() async throws {
         let dir = TempDir()
         let path = dir.path + "/journal"

@@ -103,18 +103,18 @@ struct ClientParsers: Sendable {
             guard geometry.isObject else { throw IngestError.invalid(path + ".geometry", "expected a JSON object") }
             let properties = item.properties
             guard properties.isObject else { throw IngestError.invalid(path + ".properties", "expected a JSON object") }
-            guard let coordinates = try JSONFields.array(geometry.coordinates, path: path, key: "geometry.coordinates"), coordinates.count >= 2 else {
-                throw IngestError.invalid(path + ".geometry.coordinates", "expected [longitude, latitude]")
-            }
+            guard let coordinateList = geometry.coordinates else { throw IngestError.invalid(path + ".geometry.coordinates", "expected [longitude, latitude]") }
+            guard case .list(let coordinates) = coordinateList else { throw IngestError.invalid(path + ".geometry.coordinates", "expected a list") }
+            guard coordinates.count >= 2 else { throw IngestError.invalid(path + ".geometry.coordinates", "expected [longitude, latitude]") }
             guard let time = try JSONFields.time(properties.timestamp, path: path, key: "properties.timestamp") else {
                 throw IngestError.invalid(path + ".properties.timestamp", "is required")
             }
             var meta: [String: String] = [:]
             if let label = try JSONFields.string(properties.deviceID, path: path, key: "properties.device_id"), !label.isEmpty { meta["device_id"] = label }
-            guard let lat = try JSONFields.double(coordinates[1], path: path, key: "geometry.coordinates[1]") else {
+            guard let lat = try JSONFields.double(coordinates.latitude, path: path, key: "geometry.coordinates[1]") else {
                 throw IngestError.invalid(path + ".geometry.coordinates[1]", "is required")
             }
-            guard let lon = try JSONFields.double(coordinates[0], path: path, key: "geometry.coordinates[0]") else {
+            guard let lon = try JSONFields.double(coordinates.longitude, path: path, key: "geometry.coordinates[0]") else {
                 throw IngestError.invalid(path + ".geometry.coordinates[0]", "is required")
             }
             var raw = RawFix(time: time, lat: lat, lon: lon, meta: meta)
@@ -125,8 +125,10 @@ struct ClientParsers: Sendable {
             raw.battery = try JSONFields.double(properties.batteryLevel, path: path, key: "properties.battery_level")
             let fix = try normalizer.fix(raw, device: device, source: .overland)
             records.append(JournalRecord(.fix(fix)))
-            if let motion = try JSONFields.array(properties.motion, path: path, key: "properties.motion") {
-                let names = motion.compactMap { value -> String? in if case .string(let name) = value { name } else { nil } }
+            switch properties.motion {
+            case nil: break
+            case .notAList?: throw IngestError.invalid(path + ".properties.motion", "expected a list")
+            case .list(let names)?:
                 let activity = Self.overlandActivity(names)
                 // A run of one activity is one change: `MotionChanges` would leave the rest out
                 // (a batch of a hundred locations made a hundred samples, to drop ninety-nine).
@@ -142,11 +144,12 @@ struct ClientParsers: Sendable {
 
     /// Overland lists every activity iOS reports at once (`["driving", "stationary"]` at a light):
     /// the most specific one wins.
-    static func overlandActivity(_ names: [String]) -> MotionSample.Activity {
-        for (name, activity) in [("driving", MotionSample.Activity.automotive), ("cycling", .cycling), ("running", .running), ("walking", .walking), ("stationary", .stationary)]
-        where names.contains(name) {
-            return activity
-        }
+    static func overlandActivity(_ names: OverlandBatch.MotionNames) -> MotionSample.Activity {
+        if names.contains(.driving) { return .automotive }
+        if names.contains(.cycling) { return .cycling }
+        if names.contains(.running) { return .running }
+        if names.contains(.walking) { return .walking }
+        if names.contains(.stationary) { return .stationary }
         return .unknown
     }
 

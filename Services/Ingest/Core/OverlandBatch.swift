@@ -24,7 +24,35 @@ struct OverlandBatch {
 
     struct Geometry {
         var isObject = true
-        var coordinates: JSONValue?
+        /// nil when absent or `null`.
+        var coordinates: List<Coordinates>?
+    }
+
+    /// A list inside a location, read element by element: what a fix needs of it, without the
+    /// tree (a list and its values cost two allocations a location, a tenth of reading a batch).
+    enum List<Contents> {
+        case list(Contents)
+        /// Anything but a list or `null`.
+        case notAList
+    }
+
+    /// `geometry.coordinates`: its first two elements, judged later as any field is, and how many
+    /// it holds.
+    struct Coordinates {
+        var count = 0
+        var longitude: JSONValue?
+        var latitude: JSONValue?
+    }
+
+    /// The activities drivebus knows among the strings of `properties.motion`; anything else in
+    /// the list is ignored.
+    struct MotionNames: OptionSet {
+        let rawValue: UInt8
+        static let driving = Self(rawValue: 1 << 0)
+        static let cycling = Self(rawValue: 1 << 1)
+        static let running = Self(rawValue: 1 << 2)
+        static let walking = Self(rawValue: 1 << 3)
+        static let stationary = Self(rawValue: 1 << 4)
     }
 
     struct Properties {
@@ -36,7 +64,8 @@ struct OverlandBatch {
         var speed: JSONValue?
         var course: JSONValue?
         var batteryLevel: JSONValue?
-        var motion: JSONValue?
+        /// nil when absent or `null`.
+        var motion: List<MotionNames>?
     }
 
     private(set) var isObject = true
@@ -90,6 +119,21 @@ struct OverlandBatch {
         try reader.readObject(field)
         return true
     }
+
+    /// Reads the list at `depth` into `contents`, one `element` call each; nil for `null`, and
+    /// anything else is skipped (checked) and `.notAList`.
+    static func readList<Contents>(
+        _ reader: inout JSONReader, depth: Int, into contents: Contents, _ element: (inout JSONReader, inout Contents) throws(JSONReader.Failure) -> Void
+    ) throws(JSONReader.Failure) -> List<Contents>? {
+        if reader.readNull() { return nil }
+        guard reader.peekNonSpace() == UInt8(ascii: "["), depth < 64 else {
+            try reader.skipValue(depth: depth)
+            return .notAList
+        }
+        var contents = contents
+        try reader.readArray { (reader: inout JSONReader) throws(JSONReader.Failure) in try element(&reader, &contents) }
+        return .list(contents)
+    }
 }
 
 extension OverlandBatch.Location {
@@ -108,7 +152,15 @@ extension OverlandBatch.Location {
 extension OverlandBatch.Geometry {
     init(reading reader: inout JSONReader) throws(JSONReader.Failure) {
         isObject = try OverlandBatch.readObject(&reader, depth: 3) { (reader: inout JSONReader, key: JSONKey) throws(JSONReader.Failure) in
-            if "coordinates" ~= key { coordinates = try reader.readValue(depth: 4) } else { try reader.skipValue(depth: 4) }
+            guard "coordinates" ~= key else { return try reader.skipValue(depth: 4) }
+            coordinates = try OverlandBatch.readList(&reader, depth: 4, into: OverlandBatch.Coordinates()) { (reader: inout JSONReader, coordinates: inout OverlandBatch.Coordinates) throws(JSONReader.Failure) in
+                switch coordinates.count {
+                case 0: coordinates.longitude = try reader.readValue(depth: 5)
+                case 1: coordinates.latitude = try reader.readValue(depth: 5)
+                default: try reader.skipValue(depth: 5)  // an altitude, or whatever else follows
+                }
+                coordinates.count += 1
+            }
         }
     }
 }
@@ -124,7 +176,18 @@ extension OverlandBatch.Properties {
             case "speed": speed = try reader.readValue(depth: 4)
             case "course": course = try reader.readValue(depth: 4)
             case "battery_level": batteryLevel = try reader.readValue(depth: 4)
-            case "motion": motion = try reader.readValue(depth: 4)
+            case "motion":
+                motion = try OverlandBatch.readList(&reader, depth: 4, into: OverlandBatch.MotionNames()) { (reader: inout JSONReader, names: inout OverlandBatch.MotionNames) throws(JSONReader.Failure) in
+                    guard reader.peekNonSpace() == UInt8(ascii: "\"") else { return try reader.skipValue(depth: 5) }
+                    switch try reader.readString() {  // short names are Strings without an allocation
+                    case "driving": names.insert(.driving)
+                    case "cycling": names.insert(.cycling)
+                    case "running": names.insert(.running)
+                    case "walking": names.insert(.walking)
+                    case "stationary": names.insert(.stationary)
+                    default: break
+                    }
+                }
             default: try reader.skipValue(depth: 4)
             }
         }
