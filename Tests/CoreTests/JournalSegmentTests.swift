@@ -44,7 +44,7 @@ import Testing
             fields += device.utf8
             fields.appendLittleEndian(UInt64(bitPattern: 1_700_000_000_123))
             fields.appendLittleEndian((48.2).bitPattern)
-            fields.appendLittleEndian(0)
+            fields.appendLittleEndian(UInt64(0))  // -0.0 keys as 0
             let key = DedupKey(fix)
             #expect(key.digest == .init(high: SipHash24.hash(fields, key: SipHash24.digestHigh), low: SipHash24.hash(fields, key: SipHash24.digestLow)), "\(device)")
             #expect(key.deviceHash == SipHash24.hash(Array(device.utf8), key: SipHash24.device), "\(device)")
