@@ -4,7 +4,7 @@
 # Package.swift gives the files to the linker (lld's --symbol-ordering-file), which places those
 # functions' sections together at the front of the code. Why: the kernel maps an executable's code
 # in 64 KB around every page touched, and start-up code scattered through 13 MB kept 9 MB of stats'
-# code resident (README, "Memory at rest").
+# code resident (docs/performance.md, "Memory at rest").
 #
 # How: `drivebus up` on the built-in config and one phone in a temporary directory, with the
 # disk's read-ahead off and the page cache dropped, so that every page of code faults on its own;
